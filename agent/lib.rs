@@ -1,0 +1,5 @@
+//! crilet: a kubelet-faithful node agent that runs static Pod manifests on containerd over CRI.
+pub mod proto {
+    //! The generated control API (`proto/crilet/v1`).
+    tonic::include_proto!("crilet.v1");
+}
