@@ -1,0 +1,172 @@
+//! Domain types shared by the manifest source, the pod workers, status and the control API.
+//!
+//! `DesiredPod` is what a manifest asks for (already defaulted and validated); `ObservedPod` is
+//! what the runtime shows for one pod UID. Neither knows about tonic or the CRI protos.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+
+/// A pod's identity on the node: namespace and name (what two manifests must not share).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PodKey {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl PodKey {
+    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        Self { namespace: namespace.into(), name: name.into() }
+    }
+}
+
+impl fmt::Display for PodKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// A pod as its manifest asks for it: parsed into the real Kubernetes type, defaulted as the API
+/// server would, validated, with `metadata.uid` and `metadata.namespace` always set.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DesiredPod {
+    pub key: PodKey,
+    /// The pod UID (also in `pod.metadata.uid`): stable across image-only edits, new on any other.
+    pub uid: String,
+    pub pod: Arc<Pod>,
+    /// The manifest file and the 0-based index of the document within it.
+    pub file: PathBuf,
+    pub doc: usize,
+    /// Fields the agent accepts but does not implement, and other non-fatal findings.
+    pub warnings: Vec<String>,
+}
+
+/// Sandbox state as CRI reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SandboxState {
+    Ready,
+    NotReady,
+}
+
+/// One pod sandbox of a pod UID, as the runtime reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ObservedSandbox {
+    pub id: String,
+    pub attempt: u32,
+    pub state: SandboxState,
+    /// Nanoseconds since the epoch.
+    pub created_at: i64,
+    /// Primary IP first, then the additional ones; empty for host-network pods or while unknown.
+    pub ips: Vec<String>,
+    pub host_network: bool,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// Container state as CRI reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContainerState {
+    Created,
+    Running,
+    Exited,
+    Unknown,
+}
+
+/// One container instance of a pod UID, as the runtime reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ObservedContainer {
+    pub id: String,
+    pub sandbox_id: String,
+    /// The spec container name (label `io.kubernetes.container.name`).
+    pub name: String,
+    pub attempt: u32,
+    pub state: ContainerState,
+    /// Nanoseconds since the epoch; 0 when unknown.
+    pub created_at: i64,
+    pub started_at: i64,
+    pub finished_at: i64,
+    pub exit_code: i32,
+    pub reason: String,
+    pub message: String,
+    /// The image as the runtime names it, and its digest reference (`imageID` in the API).
+    pub image: String,
+    pub image_ref: String,
+    /// Annotations: `io.kubernetes.container.hash` and `io.kubernetes.container.restartCount`.
+    pub hash: String,
+    pub restart_count: u32,
+    /// Absolute path of the CRI log file.
+    pub log_path: String,
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// Everything the runtime shows for one pod UID, newest first in both lists.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ObservedPod {
+    pub uid: String,
+    pub sandboxes: Vec<ObservedSandbox>,
+    pub containers: Vec<ObservedContainer>,
+}
+
+impl ObservedPod {
+    /// The newest instance of the named container, if any.
+    pub fn newest(&self, name: &str) -> Option<&ObservedContainer> {
+        self.containers.iter().find(|c| c.name == name)
+    }
+
+    /// The newest and the second-newest instance of the named container.
+    pub fn newest_two(&self, name: &str) -> (Option<&ObservedContainer>, Option<&ObservedContainer>) {
+        let mut it = self.containers.iter().filter(|c| c.name == name);
+        (it.next(), it.next())
+    }
+
+    /// The newest sandbox, if any.
+    pub fn sandbox(&self) -> Option<&ObservedSandbox> {
+        self.sandboxes.first()
+    }
+
+    /// The pod IP: only from the newest sandbox and only while it is ready (R1.15).
+    pub fn pod_ips(&self) -> &[String] {
+        match self.sandboxes.first() {
+            Some(s) if s.state == SandboxState::Ready => &s.ips,
+            _ => &[],
+        }
+    }
+}
+
+/// Probe-derived per-container flags that status needs (filled by the probe workers; until
+/// Step 2 exists, `started` follows running and `ready` follows started).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProbeState {
+    pub started: Option<bool>,
+    pub ready: Option<bool>,
+}
+
+/// Well-known label and annotation keys (kubelet-compatible).
+pub mod keys {
+    pub const POD_NAME: &str = "io.kubernetes.pod.name";
+    pub const POD_NAMESPACE: &str = "io.kubernetes.pod.namespace";
+    pub const POD_UID: &str = "io.kubernetes.pod.uid";
+    pub const CONTAINER_NAME: &str = "io.kubernetes.container.name";
+    pub const CONTAINER_HASH: &str = "io.kubernetes.container.hash";
+    pub const CONTAINER_RESTART_COUNT: &str = "io.kubernetes.container.restartCount";
+    pub const TERMINATION_MESSAGE_PATH: &str = "io.kubernetes.container.terminationMessagePath";
+    pub const TERMINATION_MESSAGE_POLICY: &str = "io.kubernetes.container.terminationMessagePolicy";
+    pub const POD_TERMINATION_GRACE: &str = "io.kubernetes.pod.terminationGracePeriod";
+    pub const PRESTOP_HANDLER: &str = "io.kubernetes.container.preStopHandler";
+    pub const CONTAINER_PORTS: &str = "io.kubernetes.container.ports";
+    pub const CONFIG_HASH: &str = "kubernetes.io/config.hash";
+    pub const CONFIG_SOURCE: &str = "kubernetes.io/config.source";
+    pub const CONFIG_SEEN: &str = "kubernetes.io/config.seen";
+    /// crilet's own: marks sandboxes and containers this agent manages.
+    pub const MANAGED_BY: &str = "crilet.io/managed-by";
+    /// crilet's own: the manifest file a sandbox's pod came from.
+    pub const MANIFEST_FILE: &str = "crilet.io/manifest-file";
+    /// crilet's own: the container's kind (init, sidecar, app) at creation.
+    pub const CONTAINER_KIND: &str = "crilet.io/container-kind";
+    /// crilet's own: the full pod spec JSON, kept on the sandbox so a pod whose manifest vanished
+    /// while the agent was down can still be terminated in order with its hooks and grace.
+    pub const POD_SPEC: &str = "crilet.io/pod-spec";
+}
