@@ -88,7 +88,14 @@ impl Registry {
     }
 
     /// Records an event; a repeat of the newest event for the same object bumps its count.
-    pub fn record(&self, kind: &'static str, pod: &PodKey, container: Option<&str>, reason: &str, message: String) {
+    pub fn record(
+        &self,
+        kind: &'static str,
+        pod: &PodKey,
+        container: Option<&str>,
+        reason: &str,
+        message: String,
+    ) {
         let mut ev = Event {
             time: jiff::Timestamp::now(),
             kind,

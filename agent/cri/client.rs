@@ -1,0 +1,478 @@
+//! The real CRI client: tonic over a Unix socket, a deadline on every call, and a lazily
+//! (re)connecting channel so a containerd restart costs failed calls, not a crashed agent.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use hyper_util::rt::TokioIo;
+use k8s_cri::v1 as api;
+use k8s_cri::v1::image_service_client::ImageServiceClient;
+use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
+use tokio::net::UnixStream;
+use tonic::transport::{Channel, Endpoint, Uri};
+
+use super::CriError;
+use super::convert::{container_from_status, sandbox_from_status};
+use crate::model::{ObservedContainer, ObservedPod, ObservedSandbox, keys};
+
+/// Deadline for quick calls (list, status, create, start, remove).
+const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// Deadline for image pulls (the kubelet uses 2 min for every call; a pull of a big image can
+/// take longer, but a stuck registry must not pin a pod worker forever).
+const PULL_TIMEOUT: Duration = Duration::from_secs(300);
+/// Extra time granted beyond a stop/exec timeout before the RPC itself is abandoned (R5.8).
+const RPC_SLACK: Duration = Duration::from_secs(120);
+
+/// What the runtime says about itself.
+#[derive(Debug, Clone, Default)]
+pub struct RuntimeInfo {
+    pub name: String,
+    pub version: String,
+    pub api_version: String,
+}
+
+/// A cheaply cloned CRI client (one HTTP/2 connection shared by all clones).
+#[derive(Clone)]
+pub struct CriClient {
+    endpoint: String,
+    runtime: RuntimeServiceClient<Channel>,
+    images: ImageServiceClient<Channel>,
+}
+
+fn socket_path(endpoint: &str) -> Result<PathBuf, CriError> {
+    let path = endpoint.strip_prefix("unix://").unwrap_or(endpoint);
+    if path.starts_with('/') {
+        Ok(PathBuf::from(path))
+    } else {
+        Err(CriError::Endpoint {
+            endpoint: endpoint.to_string(),
+            reason: "only unix:// endpoints with an absolute path are supported".into(),
+        })
+    }
+}
+
+fn lazy_channel(endpoint: &str) -> Result<Channel, CriError> {
+    let path = socket_path(endpoint)?;
+    let channel = Endpoint::from_static("http://[::]:50051")
+        .connect_timeout(Duration::from_secs(5))
+        .connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
+            let path = path.clone();
+            async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
+        }));
+    Ok(channel)
+}
+
+fn req<T>(msg: T, timeout: Duration) -> tonic::Request<T> {
+    let mut r = tonic::Request::new(msg);
+    r.set_timeout(timeout);
+    r
+}
+
+impl CriClient {
+    /// A client for `runtime_endpoint` (and `image_endpoint`, usually the same). Does not
+    /// connect yet; the first call does, and every call after a failure reconnects.
+    pub fn new(runtime_endpoint: &str, image_endpoint: &str) -> Result<Self, CriError> {
+        let runtime =
+            RuntimeServiceClient::new(lazy_channel(runtime_endpoint)?).max_decoding_message_size(64 << 20);
+        let images =
+            ImageServiceClient::new(lazy_channel(image_endpoint)?).max_decoding_message_size(64 << 20);
+        Ok(Self { endpoint: runtime_endpoint.to_string(), runtime, images })
+    }
+
+    async fn call<T, F>(
+        &self,
+        op: &'static str,
+        target: &str,
+        timeout: Duration,
+        fut: F,
+    ) -> Result<T, CriError>
+    where
+        F: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        match tokio::time::timeout(timeout + Duration::from_secs(1), fut).await {
+            Err(_) => Err(CriError::DeadlineExceeded { op, target: target.to_string(), timeout }),
+            Ok(Err(status)) if status.code() == tonic::Code::DeadlineExceeded => {
+                Err(CriError::DeadlineExceeded { op, target: target.to_string(), timeout })
+            }
+            Ok(Err(status)) => Err(CriError::from_status(op, target, status)),
+            Ok(Ok(resp)) => Ok(resp.into_inner()),
+        }
+    }
+
+    /// `Version`: name and versions of the runtime.
+    pub async fn version(&self) -> Result<RuntimeInfo, CriError> {
+        let mut c = self.runtime.clone();
+        let v = self
+            .call(
+                "Version",
+                &self.endpoint,
+                CALL_TIMEOUT,
+                c.version(req(api::VersionRequest::default(), CALL_TIMEOUT)),
+            )
+            .await?;
+        Ok(RuntimeInfo {
+            name: v.runtime_name,
+            version: v.runtime_version,
+            api_version: v.runtime_api_version,
+        })
+    }
+
+    /// `Status`: the runtime's conditions; Err names every required condition that is not true.
+    pub async fn check_ready(&self) -> Result<(), CriError> {
+        let mut c = self.runtime.clone();
+        let s = self
+            .call(
+                "Status",
+                &self.endpoint,
+                CALL_TIMEOUT,
+                c.status(req(api::StatusRequest { verbose: false }, CALL_TIMEOUT)),
+            )
+            .await?;
+        let conditions = s.status.map(|s| s.conditions).unwrap_or_default();
+        let bad: Vec<String> = ["RuntimeReady", "NetworkReady"]
+            .iter()
+            .filter_map(|want| match conditions.iter().find(|c| c.r#type == *want) {
+                Some(c) if c.status => None,
+                Some(c) => Some(format!("{want}=false ({}: {})", c.reason, c.message)),
+                None => Some(format!("{want} not reported")),
+            })
+            .collect();
+        if bad.is_empty() {
+            Ok(())
+        } else {
+            Err(CriError::Endpoint {
+                endpoint: self.endpoint.clone(),
+                reason: format!("runtime not ready: {}", bad.join("; ")),
+            })
+        }
+    }
+
+    /// Every sandbox and container the runtime has that carries `label` (used by the PLEG
+    /// relist and to find orphans): (sandboxes, containers) as the cheap list views.
+    pub async fn list_all(
+        &self,
+        label: Option<(&str, &str)>,
+    ) -> Result<(Vec<api::PodSandbox>, Vec<api::Container>), CriError> {
+        let selector: HashMap<String, String> =
+            label.map(|(k, v)| HashMap::from([(k.to_string(), v.to_string())])).unwrap_or_default();
+        let mut c = self.runtime.clone();
+        let sandboxes = self
+            .call(
+                "ListPodSandbox",
+                "all pods",
+                CALL_TIMEOUT,
+                c.list_pod_sandbox(req(
+                    api::ListPodSandboxRequest {
+                        filter: Some(api::PodSandboxFilter {
+                            label_selector: selector.clone(),
+                            ..Default::default()
+                        }),
+                    },
+                    CALL_TIMEOUT,
+                )),
+            )
+            .await?
+            .items;
+        let containers = self
+            .call(
+                "ListContainers",
+                "all pods",
+                CALL_TIMEOUT,
+                c.list_containers(req(
+                    api::ListContainersRequest {
+                        filter: Some(api::ContainerFilter { label_selector: selector, ..Default::default() }),
+                    },
+                    CALL_TIMEOUT,
+                )),
+            )
+            .await?
+            .containers;
+        Ok((sandboxes, containers))
+    }
+
+    /// Full state of one pod UID (R1.15): sandboxes and containers with their statuses, newest
+    /// first. Objects that vanish between list and status are skipped.
+    pub async fn observe(&self, uid: &str) -> Result<ObservedPod, CriError> {
+        let (sandboxes, containers) = self.list_all(Some((keys::POD_UID, uid))).await?;
+        let mut observed = ObservedPod { uid: uid.to_string(), ..Default::default() };
+        for sb in sandboxes {
+            match self.sandbox_status(&sb.id).await {
+                Ok(s) => observed.sandboxes.push(s),
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(e),
+            }
+        }
+        for ct in containers {
+            match self.container_status(&ct.id, &ct.pod_sandbox_id).await {
+                Ok(c) => observed.containers.push(c),
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(e),
+            }
+        }
+        observed.sandboxes.sort_by(|a, b| b.created_at.cmp(&a.created_at));
+        observed.containers.sort_by(|a, b| b.created_at.cmp(&a.created_at));
+        Ok(observed)
+    }
+
+    pub async fn sandbox_status(&self, id: &str) -> Result<ObservedSandbox, CriError> {
+        let mut c = self.runtime.clone();
+        let r = self
+            .call(
+                "PodSandboxStatus",
+                id,
+                CALL_TIMEOUT,
+                c.pod_sandbox_status(req(
+                    api::PodSandboxStatusRequest { pod_sandbox_id: id.to_string(), verbose: false },
+                    CALL_TIMEOUT,
+                )),
+            )
+            .await?;
+        let status = r.status.ok_or_else(|| CriError::NotFound {
+            op: "PodSandboxStatus",
+            target: id.into(),
+            kind: "status",
+        })?;
+        Ok(sandbox_from_status(&status))
+    }
+
+    pub async fn container_status(&self, id: &str, sandbox_id: &str) -> Result<ObservedContainer, CriError> {
+        let mut c = self.runtime.clone();
+        let r = self
+            .call(
+                "ContainerStatus",
+                id,
+                CALL_TIMEOUT,
+                c.container_status(req(
+                    api::ContainerStatusRequest { container_id: id.to_string(), verbose: false },
+                    CALL_TIMEOUT,
+                )),
+            )
+            .await?;
+        let status = r.status.ok_or_else(|| CriError::NotFound {
+            op: "ContainerStatus",
+            target: id.into(),
+            kind: "status",
+        })?;
+        Ok(container_from_status(&status, sandbox_id))
+    }
+
+    /// `RunPodSandbox`; returns the new sandbox ID.
+    pub async fn run_sandbox(
+        &self,
+        config: api::PodSandboxConfig,
+        handler: &str,
+    ) -> Result<String, CriError> {
+        let target =
+            config.metadata.as_ref().map(|m| format!("{}/{}", m.namespace, m.name)).unwrap_or_default();
+        let mut c = self.runtime.clone();
+        // Sandbox creation includes CNI setup; give it the kubelet's full request timeout.
+        let timeout = Duration::from_secs(120);
+        let r = self
+            .call(
+                "RunPodSandbox",
+                &target,
+                timeout,
+                c.run_pod_sandbox(req(
+                    api::RunPodSandboxRequest { config: Some(config), runtime_handler: handler.to_string() },
+                    timeout,
+                )),
+            )
+            .await?;
+        Ok(r.pod_sandbox_id)
+    }
+
+    /// `StopPodSandbox`; NotFound counts as stopped.
+    pub async fn stop_sandbox(&self, id: &str) -> Result<(), CriError> {
+        let mut c = self.runtime.clone();
+        let timeout = Duration::from_secs(120);
+        let r = self
+            .call(
+                "StopPodSandbox",
+                id,
+                timeout,
+                c.stop_pod_sandbox(req(
+                    api::StopPodSandboxRequest { pod_sandbox_id: id.to_string() },
+                    timeout,
+                )),
+            )
+            .await;
+        ignore_not_found(r.map(drop))
+    }
+
+    /// `RemovePodSandbox` (removes its containers too); NotFound counts as removed.
+    pub async fn remove_sandbox(&self, id: &str) -> Result<(), CriError> {
+        let mut c = self.runtime.clone();
+        let r = self
+            .call(
+                "RemovePodSandbox",
+                id,
+                CALL_TIMEOUT,
+                c.remove_pod_sandbox(req(
+                    api::RemovePodSandboxRequest { pod_sandbox_id: id.to_string() },
+                    CALL_TIMEOUT,
+                )),
+            )
+            .await;
+        ignore_not_found(r.map(drop))
+    }
+
+    /// `CreateContainer`; returns the new container ID.
+    pub async fn create_container(
+        &self,
+        sandbox_id: &str,
+        config: api::ContainerConfig,
+        sandbox_config: api::PodSandboxConfig,
+    ) -> Result<String, CriError> {
+        let target = config.metadata.as_ref().map(|m| m.name.clone()).unwrap_or_default();
+        let mut c = self.runtime.clone();
+        let r = self
+            .call(
+                "CreateContainer",
+                &target,
+                CALL_TIMEOUT,
+                c.create_container(req(
+                    api::CreateContainerRequest {
+                        pod_sandbox_id: sandbox_id.to_string(),
+                        config: Some(config),
+                        sandbox_config: Some(sandbox_config),
+                    },
+                    CALL_TIMEOUT,
+                )),
+            )
+            .await?;
+        Ok(r.container_id)
+    }
+
+    pub async fn start_container(&self, id: &str) -> Result<(), CriError> {
+        let mut c = self.runtime.clone();
+        self.call(
+            "StartContainer",
+            id,
+            CALL_TIMEOUT,
+            c.start_container(req(api::StartContainerRequest { container_id: id.to_string() }, CALL_TIMEOUT)),
+        )
+        .await
+        .map(drop)
+    }
+
+    /// `StopContainer` with `timeout` (whole seconds; 0 = SIGKILL at once); NotFound counts as stopped.
+    pub async fn stop_container(&self, id: &str, timeout: Duration) -> Result<(), CriError> {
+        let mut c = self.runtime.clone();
+        let rpc_timeout = timeout + RPC_SLACK;
+        let r = self
+            .call(
+                "StopContainer",
+                id,
+                rpc_timeout,
+                c.stop_container(req(
+                    api::StopContainerRequest {
+                        container_id: id.to_string(),
+                        timeout: timeout.as_secs() as i64,
+                    },
+                    rpc_timeout,
+                )),
+            )
+            .await;
+        ignore_not_found(r.map(drop))
+    }
+
+    /// `RemoveContainer`; NotFound counts as removed.
+    pub async fn remove_container(&self, id: &str) -> Result<(), CriError> {
+        let mut c = self.runtime.clone();
+        let r = self
+            .call(
+                "RemoveContainer",
+                id,
+                CALL_TIMEOUT,
+                c.remove_container(req(
+                    api::RemoveContainerRequest { container_id: id.to_string() },
+                    CALL_TIMEOUT,
+                )),
+            )
+            .await;
+        ignore_not_found(r.map(drop))
+    }
+
+    /// `ExecSync`: runs `cmd` in the container; `timeout` zero means no runtime-side limit.
+    /// Returns (exit code, stdout+stderr).
+    pub async fn exec_sync(
+        &self,
+        id: &str,
+        cmd: Vec<String>,
+        timeout: Duration,
+    ) -> Result<(i32, Vec<u8>), CriError> {
+        let mut c = self.runtime.clone();
+        let rpc_timeout = timeout + RPC_SLACK;
+        let r = self
+            .call(
+                "ExecSync",
+                id,
+                rpc_timeout,
+                c.exec_sync(req(
+                    api::ExecSyncRequest {
+                        container_id: id.to_string(),
+                        cmd,
+                        timeout: timeout.as_secs() as i64,
+                    },
+                    rpc_timeout,
+                )),
+            )
+            .await?;
+        let mut out = r.stdout;
+        out.extend_from_slice(&r.stderr);
+        Ok((r.exit_code, out))
+    }
+
+    /// `ImageStatus`: the image's ID if present.
+    pub async fn image_id(&self, image: &str) -> Result<Option<api::Image>, CriError> {
+        let mut c = self.images.clone();
+        let r = self
+            .call(
+                "ImageStatus",
+                image,
+                CALL_TIMEOUT,
+                c.image_status(req(
+                    api::ImageStatusRequest {
+                        image: Some(api::ImageSpec { image: image.to_string(), ..Default::default() }),
+                        verbose: false,
+                    },
+                    CALL_TIMEOUT,
+                )),
+            )
+            .await?;
+        Ok(r.image)
+    }
+
+    /// `PullImage`; returns the image reference the runtime resolved.
+    pub async fn pull_image(
+        &self,
+        image: &str,
+        sandbox_config: Option<api::PodSandboxConfig>,
+    ) -> Result<String, CriError> {
+        let mut c = self.images.clone();
+        let r = self
+            .call(
+                "PullImage",
+                image,
+                PULL_TIMEOUT,
+                c.pull_image(req(
+                    api::PullImageRequest {
+                        image: Some(api::ImageSpec { image: image.to_string(), ..Default::default() }),
+                        auth: None,
+                        sandbox_config,
+                    },
+                    PULL_TIMEOUT,
+                )),
+            )
+            .await?;
+        Ok(r.image_ref)
+    }
+}
+
+fn ignore_not_found(r: Result<(), CriError>) -> Result<(), CriError> {
+    match r {
+        Err(e) if e.is_not_found() => Ok(()),
+        other => other,
+    }
+}
