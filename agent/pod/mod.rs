@@ -1,3 +1,4 @@
 //! Pods: the per-pod worker, its pure planner, and the executor that applies plans through CRI.
 pub mod backoff;
 pub mod hash;
+pub mod plan;

@@ -1,0 +1,375 @@
+//! The pure planner: from the desired pod, what the runtime shows and the probe results, decide
+//! what to do next (the shape of the kubelet's `computePodActions`). No I/O, no clock.
+//!
+//! Each kubelet rule is written once here, with its spec rule number.
+
+use std::collections::HashMap;
+
+use k8s_openapi::api::core::v1::{Container, Pod};
+
+use super::hash::{HASH_SCHEME_ANNOTATION, container_hash_with};
+use crate::model::{ContainerState, ObservedContainer, ObservedPod, SandboxState};
+
+/// A cached probe outcome for one container instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProbeResult {
+    Success,
+    Failure,
+    Unknown,
+}
+
+/// Startup and liveness results by container ID (the planner's view of the probe workers).
+#[derive(Debug, Clone, Default)]
+pub struct ProbeResults {
+    pub startup: HashMap<String, ProbeResult>,
+    pub liveness: HashMap<String, ProbeResult>,
+}
+
+/// Why a whole pod is killed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodKillReason {
+    /// The sandbox is gone or unusable and will be re-created (R2.6/R2.7).
+    SandboxChanged,
+    /// The sandbox is gone and the pod must not be re-created (R2.8).
+    SandboxLostNoRestart,
+    /// Every app container is done under Never/OnFailure (R4.7).
+    PodCompleted,
+    /// A regular init container failed under restartPolicy Never (R4.8).
+    InitContainerFailed,
+}
+
+/// Why one container is killed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KillReason {
+    SpecChanged,
+    LivenessProbe,
+    StartupProbe,
+    /// State UNKNOWN: killed before a replacement starts, so two copies never run (R12.7).
+    UnknownState,
+}
+
+/// One container to kill.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerKill {
+    pub id: String,
+    pub name: String,
+    pub reason: KillReason,
+    /// The `Killing` event text.
+    pub message: String,
+}
+
+/// What one sync does, in this order: kill the pod or single containers, (purge init containers
+/// and) create the sandbox, start init containers one by one, start app containers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    pub kill_pod: Option<PodKillReason>,
+    /// Create a sandbox with this attempt number (after killing the old pod).
+    pub create_sandbox: Option<u32>,
+    pub kills: Vec<ContainerKill>,
+    pub init_to_start: Vec<String>,
+    pub app_to_start: Vec<String>,
+}
+
+impl Plan {
+    pub fn is_empty(&self) -> bool {
+        *self == Plan::default()
+    }
+}
+
+/// Is this init container a native sidecar (`restartPolicy: Always`)?
+pub fn is_sidecar(c: &Container) -> bool {
+    c.restart_policy.as_deref() == Some("Always")
+}
+
+fn restart_policy(pod: &Pod) -> &str {
+    pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref()).unwrap_or("Always")
+}
+
+fn init_containers(pod: &Pod) -> &[Container] {
+    pod.spec.as_ref().and_then(|s| s.init_containers.as_deref()).unwrap_or(&[])
+}
+
+fn app_containers(pod: &Pod) -> &[Container] {
+    pod.spec.as_ref().map(|s| s.containers.as_slice()).unwrap_or(&[])
+}
+
+fn host_network(pod: &Pod) -> bool {
+    pod.spec.as_ref().and_then(|s| s.host_network).unwrap_or(false)
+}
+
+/// R2.4: a running container whose hash (under the scheme it was created with) differs from
+/// the desired container's. An unknown scheme never counts as a change.
+pub fn container_changed(spec: &Container, running: &ObservedContainer) -> bool {
+    let scheme = running.annotations.get(HASH_SCHEME_ANNOTATION).map(String::as_str);
+    match container_hash_with(scheme, spec) {
+        Some(want) => want != running.hash,
+        None => false,
+    }
+}
+
+/// R12.4: a regular init container failed (non-zero exit, or OOM-killed even with exit 0).
+fn init_failed(c: &ObservedContainer) -> bool {
+    c.exit_code != 0 || c.reason == "OOMKilled"
+}
+
+/// R7.1 for app containers: should the newest instance (if any) be (re)started?
+fn should_restart_app(policy: &str, newest: Option<&ObservedContainer>) -> bool {
+    let Some(c) = newest else { return true };
+    match c.state {
+        ContainerState::Running => false,
+        ContainerState::Created | ContainerState::Unknown => true,
+        ContainerState::Exited => match policy {
+            "Never" => false,
+            "OnFailure" => c.exit_code != 0,
+            _ => true,
+        },
+    }
+}
+
+/// R2.6: must a new sandbox be created, and with which attempt number?
+pub fn sandbox_change(pod: &Pod, observed: &ObservedPod) -> Option<u32> {
+    let Some(newest) = observed.sandbox() else { return Some(0) };
+    let next_attempt = observed.sandboxes.iter().map(|s| s.attempt).max().unwrap_or(0) + 1;
+    let ready = observed.sandboxes.iter().filter(|s| s.state == SandboxState::Ready).count();
+    let changed = ready > 1
+        || newest.state != SandboxState::Ready
+        || newest.host_network != host_network(pod)
+        || (!host_network(pod) && newest.ips.is_empty());
+    changed.then_some(next_attempt)
+}
+
+/// R4.1: the pod is initialized once any app container has a created or running instance.
+fn app_created_or_running(pod: &Pod, observed: &ObservedPod) -> bool {
+    app_containers(pod).iter().any(|c| {
+        observed
+            .newest(&c.name)
+            .is_some_and(|o| matches!(o.state, ContainerState::Created | ContainerState::Running))
+    })
+}
+
+/// Computes the next actions for a pod that is not being terminated.
+pub fn plan(pod: &Pod, observed: &ObservedPod, probes: &ProbeResults) -> Plan {
+    let policy = restart_policy(pod);
+    let mut plan = Plan::default();
+
+    if let Some(attempt) = sandbox_change(pod, observed) {
+        // R2.7/R2.8: a new sandbox means killing whatever still runs first.
+        let had_sandbox = !observed.sandboxes.is_empty();
+        if had_sandbox {
+            plan.kill_pod = Some(PodKillReason::SandboxChanged);
+        }
+        // R2.8(a): a Never pod whose sandbox died after containers ran is not re-created.
+        if policy == "Never" && attempt != 0 && !observed.containers.is_empty() {
+            plan.kill_pod = Some(PodKillReason::SandboxLostNoRestart);
+            return plan;
+        }
+        let apps: Vec<String> = app_containers(pod)
+            .iter()
+            .filter(|c| !(policy == "OnFailure" && succeeded(observed, &c.name)))
+            .map(|c| c.name.clone())
+            .collect();
+        // R2.8(b): nothing left to run and the app containers already ran.
+        if apps.is_empty() && app_containers(pod).iter().any(|c| observed.newest(&c.name).is_some()) {
+            plan.kill_pod.get_or_insert(PodKillReason::PodCompleted);
+            return plan;
+        }
+        plan.create_sandbox = Some(attempt);
+        match init_containers(pod).first() {
+            Some(first) => plan.init_to_start.push(first.name.clone()),
+            None => plan.app_to_start = apps,
+        }
+        return plan;
+    }
+
+    let initialized = plan_init_containers(pod, observed, probes, &mut plan);
+    if plan.kill_pod.is_some() || !initialized {
+        return plan;
+    }
+
+    let mut keep = 0;
+    for spec in app_containers(pod) {
+        let newest = observed.newest(&spec.name);
+        match newest {
+            Some(c) if c.state == ContainerState::Running => {
+                let (message, restart) = if container_changed(spec, c) {
+                    // R2.4: a changed definition restarts regardless of restartPolicy.
+                    (format!("Container {} definition changed", spec.name), true)
+                } else if probes.liveness.get(&c.id) == Some(&ProbeResult::Failure) {
+                    (format!("Container {} failed liveness probe", spec.name), policy != "Never")
+                } else if probes.startup.get(&c.id) == Some(&ProbeResult::Failure) {
+                    (format!("Container {} failed startup probe", spec.name), policy != "Never")
+                } else {
+                    keep += 1;
+                    continue;
+                };
+                let reason = if message.ends_with("definition changed") {
+                    KillReason::SpecChanged
+                } else if message.ends_with("liveness probe") {
+                    KillReason::LivenessProbe
+                } else {
+                    KillReason::StartupProbe
+                };
+                let message = if restart { format!("{message}, will be restarted") } else { message };
+                plan.kills.push(ContainerKill { id: c.id.clone(), name: spec.name.clone(), reason, message });
+                if restart {
+                    plan.app_to_start.push(spec.name.clone());
+                }
+            }
+            _ => {
+                if should_restart_app(policy, newest) {
+                    plan.app_to_start.push(spec.name.clone());
+                    if let Some(c) = newest.filter(|c| c.state == ContainerState::Unknown) {
+                        plan.kills.push(ContainerKill {
+                            id: c.id.clone(),
+                            name: spec.name.clone(),
+                            reason: KillReason::UnknownState,
+                            message: format!(
+                                "Container {} is in an unknown state, will be restarted",
+                                spec.name
+                            ),
+                        });
+                    }
+                }
+            }
+        }
+    }
+    // R4.7: nothing runs and nothing will: the pod is done; sidecars must not keep it alive.
+    if keep == 0 && plan.app_to_start.is_empty() {
+        plan.kill_pod = Some(PodKillReason::PodCompleted);
+        plan.init_to_start.clear();
+    }
+    plan
+}
+
+fn succeeded(observed: &ObservedPod, name: &str) -> bool {
+    observed.newest(name).is_some_and(|c| c.state == ContainerState::Exited && c.exit_code == 0)
+}
+
+/// R4.2 (`computeInitContainerActions`): fills init starts/kills; returns whether the pod is
+/// initialized.
+fn plan_init_containers(pod: &Pod, observed: &ObservedPod, probes: &ProbeResults, plan: &mut Plan) -> bool {
+    let inits = init_containers(pod);
+    if inits.is_empty() {
+        return true;
+    }
+    let previously_initialized = app_created_or_running(pod, observed);
+    let mut initialized = previously_initialized;
+    let restart_on_failure = restart_policy(pod) != "Never";
+    let mut starts: Vec<usize> = Vec::new();
+    let mut kill = |c: &ObservedContainer, reason: KillReason, message: String| {
+        plan.kills.push(ContainerKill { id: c.id.clone(), name: c.name.clone(), reason, message });
+    };
+    let mut any_status = false;
+
+    for (i, spec) in inits.iter().enumerate().rev() {
+        let sidecar = is_sidecar(spec);
+        let Some(status) = observed.newest(&spec.name) else {
+            // A sidecar of an initialized pod whose instances vanished is simply started again.
+            if previously_initialized && sidecar {
+                starts.push(i);
+            }
+            continue;
+        };
+        any_status = true;
+        if previously_initialized && !sidecar {
+            // After initialization only sidecars are kept running.
+            continue;
+        }
+        match status.state {
+            // Created but never started: the start failed; start a new instance.
+            ContainerState::Created => starts.push(i),
+            ContainerState::Running if !sidecar => {} // wait for it to finish
+            ContainerState::Running => {
+                let startup = probes.startup.get(&status.id).copied();
+                let mut started = true;
+                if spec.startup_probe.is_some() {
+                    match startup {
+                        Some(ProbeResult::Success) => {}
+                        Some(ProbeResult::Failure) => {
+                            kill(
+                                status,
+                                KillReason::StartupProbe,
+                                format!(
+                                    "Init container {} failed startup probe, will be restarted",
+                                    spec.name
+                                ),
+                            );
+                            starts.push(i);
+                            started = false;
+                        }
+                        _ => started = false,
+                    }
+                }
+                if started {
+                    if i == inits.len() - 1 {
+                        initialized = true;
+                    } else if !previously_initialized {
+                        starts.push(i + 1);
+                    }
+                    if container_changed(spec, status) {
+                        kill(
+                            status,
+                            KillReason::SpecChanged,
+                            format!("Init container {} definition changed, will be restarted", spec.name),
+                        );
+                        starts.push(i);
+                    } else if spec.liveness_probe.is_some()
+                        && probes.liveness.get(&status.id) == Some(&ProbeResult::Failure)
+                    {
+                        kill(
+                            status,
+                            KillReason::LivenessProbe,
+                            format!("Init container {} failed liveness probe, will be restarted", spec.name),
+                        );
+                        starts.push(i);
+                    }
+                }
+            }
+            // R4.6: a sidecar that exited is restarted whatever the pod's policy.
+            ContainerState::Exited if sidecar => starts.push(i),
+            ContainerState::Exited => {
+                if init_failed(status) {
+                    if !restart_on_failure {
+                        plan.kill_pod = Some(PodKillReason::InitContainerFailed);
+                        plan.init_to_start.clear();
+                        return false;
+                    }
+                    starts.push(i);
+                } else if i == inits.len() - 1 {
+                    initialized = true;
+                } else {
+                    starts.push(i + 1);
+                }
+            }
+            ContainerState::Unknown => {
+                if !sidecar && !restart_on_failure {
+                    plan.kill_pod = Some(PodKillReason::InitContainerFailed);
+                    plan.init_to_start.clear();
+                    return false;
+                }
+                kill(
+                    status,
+                    KillReason::UnknownState,
+                    format!("Init container {} is in an unknown state, will be restarted", spec.name),
+                );
+                starts.push(i);
+            }
+        }
+        if !previously_initialized {
+            // Only the last init container with an instance decides the next step.
+            break;
+        }
+    }
+    if !any_status && !previously_initialized {
+        starts.push(0);
+    }
+    // Started in spec order.
+    starts.sort_unstable();
+    starts.dedup();
+    plan.init_to_start = starts.into_iter().map(|i| inits[i].name.clone()).collect();
+    initialized
+}
+
+#[cfg(test)]
+#[path = "plan/tests.rs"]
+mod tests;

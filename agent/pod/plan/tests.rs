@@ -1,0 +1,414 @@
+//! Table tests for the planner: each case is a healthy base pod plus the difference it tests.
+
+use k8s_openapi::api::core::v1::{Container, ExecAction, Pod, PodSpec, Probe};
+
+use super::*;
+use crate::model::{ObservedContainer, ObservedPod, ObservedSandbox, SandboxState};
+use crate::pod::hash::container_hash;
+
+const IMG: &str = "img:1";
+
+fn container(name: &str) -> Container {
+    Container { name: name.into(), image: Some(IMG.into()), ..Default::default() }
+}
+
+struct PodB(Pod);
+fn pod() -> PodB {
+    PodB(Pod { spec: Some(PodSpec::default()), ..Default::default() })
+}
+impl PodB {
+    fn spec(&mut self) -> &mut PodSpec {
+        self.0.spec.as_mut().expect("spec")
+    }
+    fn app(mut self, n: &str) -> Self {
+        self.spec().containers.push(container(n));
+        self
+    }
+    fn init(mut self, n: &str) -> Self {
+        self.spec().init_containers.get_or_insert_with(Vec::new).push(container(n));
+        self
+    }
+    fn sidecar(mut self, n: &str) -> Self {
+        let mut c = container(n);
+        c.restart_policy = Some("Always".into());
+        self.spec().init_containers.get_or_insert_with(Vec::new).push(c);
+        self
+    }
+    fn startup_probe(mut self, n: &str) -> Self {
+        let p = Probe { exec: Some(ExecAction { command: Some(vec!["true".into()]) }), ..Default::default() };
+        let s = self.spec();
+        for c in s.containers.iter_mut().chain(s.init_containers.iter_mut().flatten()) {
+            if c.name == n {
+                c.startup_probe = Some(p.clone());
+            }
+        }
+        self
+    }
+    fn image(mut self, n: &str, image: &str) -> Self {
+        let s = self.spec();
+        for c in s.containers.iter_mut().chain(s.init_containers.iter_mut().flatten()) {
+            if c.name == n {
+                c.image = Some(image.into());
+            }
+        }
+        self
+    }
+    fn policy(mut self, p: &str) -> Self {
+        self.spec().restart_policy = Some(p.into());
+        self
+    }
+}
+
+struct ObsB(ObservedPod, i64);
+fn observed() -> ObsB {
+    ObsB(ObservedPod::default(), 100)
+}
+impl ObsB {
+    fn sandbox(mut self, state: SandboxState, ip: &str, attempt: u32) -> Self {
+        self.1 += 1;
+        self.0.sandboxes.insert(
+            0,
+            ObservedSandbox {
+                id: format!("sb{attempt}"),
+                attempt,
+                state,
+                created_at: self.1,
+                ips: if ip.is_empty() { vec![] } else { vec![ip.into()] },
+                host_network: false,
+                labels: Default::default(),
+                annotations: Default::default(),
+            },
+        );
+        self
+    }
+    fn ready(self) -> Self {
+        self.sandbox(SandboxState::Ready, "10.0.0.2", 0)
+    }
+    fn add(mut self, name: &str, state: ContainerState, exit: i32) -> Self {
+        self.1 += 1;
+        let n = self.0.containers.iter().filter(|c| c.name == name).count();
+        self.0.containers.insert(
+            0,
+            ObservedContainer {
+                id: format!("{name}-{n}"),
+                sandbox_id: "sb0".into(),
+                name: name.into(),
+                attempt: n as u32,
+                state,
+                created_at: self.1,
+                started_at: self.1,
+                finished_at: if state == ContainerState::Exited { self.1 + 1 } else { 0 },
+                exit_code: exit,
+                reason: String::new(),
+                message: String::new(),
+                image: IMG.into(),
+                image_ref: String::new(),
+                hash: container_hash(&container(name)),
+                restart_count: n as u32,
+                log_path: String::new(),
+                annotations: Default::default(),
+            },
+        );
+        self
+    }
+    fn running(self, n: &str) -> Self {
+        self.add(n, ContainerState::Running, 0)
+    }
+    fn exited(self, n: &str, code: i32) -> Self {
+        self.add(n, ContainerState::Exited, code)
+    }
+    fn unknown(self, n: &str) -> Self {
+        self.add(n, ContainerState::Unknown, 0)
+    }
+    fn created(self, n: &str) -> Self {
+        self.add(n, ContainerState::Created, 0)
+    }
+}
+
+#[derive(Default)]
+struct Want {
+    kill_pod: Option<PodKillReason>,
+    sandbox: Option<u32>,
+    kills: Vec<(&'static str, KillReason)>,
+    init: Vec<&'static str>,
+    app: Vec<&'static str>,
+}
+
+fn check(name: &str, p: &PodB, o: &ObsB, probes: &ProbeResults, want: Want) {
+    let got = plan(&p.0, &o.0, probes);
+    assert_eq!(got.kill_pod, want.kill_pod, "{name}: kill_pod");
+    assert_eq!(got.create_sandbox, want.sandbox, "{name}: create_sandbox");
+    let kills: Vec<(String, KillReason)> = got.kills.iter().map(|k| (k.id.clone(), k.reason)).collect();
+    let want_kills: Vec<(String, KillReason)> = want.kills.iter().map(|(i, r)| (i.to_string(), *r)).collect();
+    assert_eq!(kills, want_kills, "{name}: kills");
+    assert_eq!(got.init_to_start, want.init, "{name}: init_to_start");
+    assert_eq!(got.app_to_start, want.app, "{name}: app_to_start");
+}
+
+#[test]
+fn sandbox_and_app_cases() {
+    let none = ProbeResults::default();
+    let cases: Vec<(&str, PodB, ObsB, Want)> = vec![
+        (
+            "new pod: sandbox attempt 0, then all apps",
+            pod().app("a").app("b"),
+            observed(),
+            Want { sandbox: Some(0), app: vec!["a", "b"], ..Default::default() },
+        ),
+        ("steady state: nothing to do", pod().app("a"), observed().ready().running("a"), Want::default()),
+        (
+            "new pod with init: sandbox, then the first init only",
+            pod().init("i").app("a"),
+            observed(),
+            Want { sandbox: Some(0), init: vec!["i"], ..Default::default() },
+        ),
+        (
+            "sandbox not ready: kill pod, new sandbox with next attempt",
+            pod().app("a"),
+            observed().sandbox(SandboxState::NotReady, "10.0.0.2", 0).exited("a", 137),
+            Want {
+                kill_pod: Some(PodKillReason::SandboxChanged),
+                sandbox: Some(1),
+                app: vec!["a"],
+                ..Default::default()
+            },
+        ),
+        (
+            "sandbox without IP is re-created",
+            pod().app("a"),
+            observed().sandbox(SandboxState::Ready, "", 0),
+            Want {
+                kill_pod: Some(PodKillReason::SandboxChanged),
+                sandbox: Some(1),
+                app: vec!["a"],
+                ..Default::default()
+            },
+        ),
+        (
+            "two ready sandboxes: new one",
+            pod().app("a"),
+            observed().ready().sandbox(SandboxState::Ready, "10.0.0.3", 3),
+            Want {
+                kill_pod: Some(PodKillReason::SandboxChanged),
+                sandbox: Some(4),
+                app: vec!["a"],
+                ..Default::default()
+            },
+        ),
+        (
+            "Never pod whose sandbox died after running: kill only (R2.8a)",
+            pod().app("a").policy("Never"),
+            observed().sandbox(SandboxState::NotReady, "10.0.0.2", 0).exited("a", 0),
+            Want { kill_pod: Some(PodKillReason::SandboxLostNoRestart), ..Default::default() },
+        ),
+        (
+            "OnFailure: succeeded app not restarted in a new sandbox",
+            pod().app("a").app("b").policy("OnFailure"),
+            observed().sandbox(SandboxState::NotReady, "x", 0).exited("a", 0).exited("b", 1),
+            Want {
+                kill_pod: Some(PodKillReason::SandboxChanged),
+                sandbox: Some(1),
+                app: vec!["b"],
+                ..Default::default()
+            },
+        ),
+        (
+            "image changed: kill and restart only that container (R2.4)",
+            pod().app("a").app("b").image("a", "img:2"),
+            observed().ready().running("a").running("b"),
+            Want { kills: vec![("a-0", KillReason::SpecChanged)], app: vec!["a"], ..Default::default() },
+        ),
+        (
+            "image changed under Never still restarts (R2.4)",
+            pod().app("a").image("a", "img:2").policy("Never"),
+            observed().ready().running("a"),
+            Want { kills: vec![("a-0", KillReason::SpecChanged)], app: vec!["a"], ..Default::default() },
+        ),
+        (
+            "exited app under Always restarts",
+            pod().app("a").app("b"),
+            observed().ready().running("b").exited("a", 0),
+            Want { app: vec!["a"], ..Default::default() },
+        ),
+        (
+            "exited 0 under OnFailure stays; the other keeps running",
+            pod().app("a").app("b").policy("OnFailure"),
+            observed().ready().exited("a", 0).running("b"),
+            Want::default(),
+        ),
+        (
+            "exited 1 under OnFailure restarts",
+            pod().app("a").policy("OnFailure"),
+            observed().ready().exited("a", 1),
+            Want { app: vec!["a"], ..Default::default() },
+        ),
+        (
+            "Never: all apps done → pod completed (R4.7)",
+            pod().app("a").policy("Never"),
+            observed().ready().exited("a", 1),
+            Want { kill_pod: Some(PodKillReason::PodCompleted), ..Default::default() },
+        ),
+        (
+            "job with sidecar: app done → pod completed, sidecar not restarted",
+            pod().sidecar("s").app("a").policy("Never"),
+            observed().ready().running("s").exited("a", 0),
+            Want { kill_pod: Some(PodKillReason::PodCompleted), ..Default::default() },
+        ),
+        (
+            "unknown state: killed before restart (R12.7)",
+            pod().app("a"),
+            observed().ready().unknown("a"),
+            Want { kills: vec![("a-0", KillReason::UnknownState)], app: vec!["a"], ..Default::default() },
+        ),
+        (
+            "created but never started: start a new one",
+            pod().app("a"),
+            observed().ready().created("a"),
+            Want { app: vec!["a"], ..Default::default() },
+        ),
+    ];
+    for (name, p, o, want) in cases {
+        check(name, &p, &o, &none, want);
+    }
+}
+
+#[test]
+fn init_and_sidecar_cases() {
+    let none = ProbeResults::default();
+    let cases: Vec<(&str, PodB, ObsB, Want)> = vec![
+        (
+            "first init running: wait",
+            pod().init("i1").init("i2").app("a"),
+            observed().ready().running("i1"),
+            Want::default(),
+        ),
+        (
+            "first init done: start the second",
+            pod().init("i1").init("i2").app("a"),
+            observed().ready().exited("i1", 0),
+            Want { init: vec!["i2"], ..Default::default() },
+        ),
+        (
+            "all inits done: start apps",
+            pod().init("i1").init("i2").app("a"),
+            observed().ready().exited("i1", 0).exited("i2", 0),
+            Want { app: vec!["a"], ..Default::default() },
+        ),
+        (
+            "init failed under Always: retry it",
+            pod().init("i1").app("a"),
+            observed().ready().exited("i1", 1),
+            Want { init: vec!["i1"], ..Default::default() },
+        ),
+        (
+            "init failed under OnFailure: retry it",
+            pod().init("i1").app("a").policy("OnFailure"),
+            observed().ready().exited("i1", 2),
+            Want { init: vec!["i1"], ..Default::default() },
+        ),
+        (
+            "init failed under Never: kill pod (R4.8)",
+            pod().sidecar("s").init("i1").app("a").policy("Never"),
+            observed().ready().running("s").exited("i1", 1),
+            Want { kill_pod: Some(PodKillReason::InitContainerFailed), ..Default::default() },
+        ),
+        (
+            "sidecar running without startup probe: next init starts (R4.5)",
+            pod().sidecar("s").init("i").app("a"),
+            observed().ready().running("s"),
+            Want { init: vec!["i"], ..Default::default() },
+        ),
+        (
+            "sidecar with startup probe not yet passed: wait",
+            pod().sidecar("s").startup_probe("s").app("a"),
+            observed().ready().running("s"),
+            Want::default(),
+        ),
+        (
+            "sidecar last init, started: apps start",
+            pod().sidecar("s").app("a"),
+            observed().ready().running("s"),
+            Want { app: vec!["a"], ..Default::default() },
+        ),
+        (
+            "sidecar exited before init: restarted (R4.6)",
+            pod().sidecar("s").init("i").app("a"),
+            observed().ready().exited("s", 1),
+            Want { init: vec!["s"], ..Default::default() },
+        ),
+        (
+            "sidecar crashed while apps run under Never: only the sidecar restarts",
+            pod().sidecar("s").app("a").policy("Never"),
+            observed().ready().running("a").exited("s", 1),
+            Want { init: vec!["s"], ..Default::default() },
+        ),
+        (
+            "initialized pod: completed regular inits ignored, apps kept",
+            pod().init("i").sidecar("s").app("a"),
+            observed().ready().exited("i", 0).running("s").running("a"),
+            Want::default(),
+        ),
+        (
+            "sidecar image changed: only it restarts",
+            pod().sidecar("s").app("a").image("s", "img:2"),
+            observed().ready().running("s").running("a"),
+            Want { kills: vec![("s-0", KillReason::SpecChanged)], init: vec!["s"], ..Default::default() },
+        ),
+        (
+            "sidecar vanished from an initialized pod: started again",
+            pod().sidecar("s").app("a"),
+            observed().ready().running("a"),
+            Want { init: vec!["s"], ..Default::default() },
+        ),
+    ];
+    for (name, p, o, want) in cases {
+        check(name, &p, &o, &none, want);
+    }
+}
+
+#[test]
+fn probe_cases() {
+    let p = pod().sidecar("s").startup_probe("s").app("a");
+    let o = observed().ready().running("s");
+    let mut probes = ProbeResults::default();
+    probes.startup.insert("s-0".into(), ProbeResult::Success);
+    check(
+        "sidecar startup passed: apps start",
+        &p,
+        &o,
+        &probes,
+        Want { app: vec!["a"], ..Default::default() },
+    );
+    probes.startup.insert("s-0".into(), ProbeResult::Failure);
+    check(
+        "sidecar startup failed: kill and restart it",
+        &p,
+        &o,
+        &probes,
+        Want { kills: vec![("s-0", KillReason::StartupProbe)], init: vec!["s"], ..Default::default() },
+    );
+
+    let p = pod().app("a");
+    let o = observed().ready().running("a");
+    let mut probes = ProbeResults::default();
+    probes.liveness.insert("a-0".into(), ProbeResult::Failure);
+    check(
+        "liveness failure: kill and restart",
+        &p,
+        &o,
+        &probes,
+        Want { kills: vec![("a-0", KillReason::LivenessProbe)], app: vec!["a"], ..Default::default() },
+    );
+    let p = pod().app("a").policy("Never");
+    check(
+        "liveness failure under Never: kill only, then the pod completes",
+        &p,
+        &o,
+        &probes,
+        Want {
+            kill_pod: Some(PodKillReason::PodCompleted),
+            kills: vec![("a-0", KillReason::LivenessProbe)],
+            ..Default::default()
+        },
+    );
+}
