@@ -1,4 +1,7 @@
 //! Pods: the per-pod worker, its pure planner, and the executor that applies plans through CRI.
 pub mod backoff;
+pub mod expand;
 pub mod hash;
 pub mod plan;
+pub mod quantity;
+pub mod spec;

@@ -1,0 +1,522 @@
+//! Builds the CRI `PodSandboxConfig` and `ContainerConfig` for a desired pod, with the kubelet's
+//! labels, annotations, paths and namespace modes (spec §1). Pure: directories are created by
+//! the executor, which passes in the paths it prepared.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+
+use super::expand::expand;
+use super::hash::{CURRENT_SCHEME, HASH_SCHEME_ANNOTATION, container_hash};
+use super::quantity::{parse_milli, parse_units};
+use crate::cri::api;
+use crate::model::{DesiredPod, keys};
+
+/// Node-level settings the configs depend on.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    pub root_dir: PathBuf,
+    pub pod_logs_dir: PathBuf,
+    pub node_name: String,
+    pub host_ip: Option<String>,
+    /// The host's resolver configuration, parsed once (used for dnsPolicy Default and as the
+    /// fallback of ClusterFirst, since a static-pod node has no cluster DNS).
+    pub host_dns: HostDns,
+}
+
+/// Name servers, search domains and options of the host's resolv.conf.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct HostDns {
+    pub servers: Vec<String>,
+    pub searches: Vec<String>,
+    pub options: Vec<String>,
+}
+
+impl HostDns {
+    pub fn parse(text: &str) -> Self {
+        let mut dns = HostDns::default();
+        for line in text.lines() {
+            let mut words = line.split_whitespace();
+            match words.next() {
+                Some("nameserver") => dns.servers.extend(words.next().map(str::to_string)),
+                Some("search" | "domain") => dns.searches = words.map(str::to_string).collect(),
+                Some("options") => dns.options.extend(words.map(str::to_string)),
+                _ => {}
+            }
+        }
+        dns
+    }
+}
+
+/// The container's role in the pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Init,
+    Sidecar,
+    App,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Init => "init",
+            Kind::Sidecar => "sidecar",
+            Kind::App => "app",
+        }
+    }
+}
+
+fn spec(pod: &Pod) -> &PodSpec {
+    static EMPTY: std::sync::OnceLock<PodSpec> = std::sync::OnceLock::new();
+    pod.spec.as_ref().unwrap_or_else(|| EMPTY.get_or_init(PodSpec::default))
+}
+
+/// `<pod-logs-dir>/<namespace>_<name>_<uid>` (R1.5).
+pub fn pod_log_dir(node: &NodeConfig, d: &DesiredPod) -> PathBuf {
+    node.pod_logs_dir.join(format!("{}_{}_{}", d.key.namespace, d.key.name, d.uid))
+}
+
+/// `<root-dir>/pods/<uid>`: the pod's own state (volumes, termination-message files).
+pub fn pod_dir(node: &NodeConfig, uid: &str) -> PathBuf {
+    node.root_dir.join("pods").join(uid)
+}
+
+/// Where an emptyDir volume lives (R12.3): survives container restarts and sandbox re-creation.
+pub fn empty_dir(node: &NodeConfig, uid: &str, volume: &str) -> PathBuf {
+    pod_dir(node, uid).join("volumes/kubernetes.io~empty-dir").join(volume)
+}
+
+/// R1.4: hostname for the sandbox.
+pub fn hostname(pod: &Pod) -> String {
+    let s = spec(pod);
+    if s.host_network == Some(true) {
+        return String::new();
+    }
+    let name = s.hostname.clone().or_else(|| pod.metadata.name.clone()).unwrap_or_default();
+    let mut h: String = name.chars().take(63).collect();
+    while h.ends_with(['-', '.']) {
+        h.pop();
+    }
+    h
+}
+
+/// The pod cgroup parent under cgroupfs, as the kubelet lays it out by QoS class.
+pub fn cgroup_parent(pod: &Pod, uid: &str) -> String {
+    match qos_class(pod) {
+        "Guaranteed" => format!("/kubepods/pod{uid}"),
+        "Burstable" => format!("/kubepods/burstable/pod{uid}"),
+        _ => format!("/kubepods/besteffort/pod{uid}"),
+    }
+}
+
+/// The pod's QoS class (simplified upstream rule over cpu and memory).
+pub fn qos_class(pod: &Pod) -> &'static str {
+    let s = spec(pod);
+    let all: Vec<&Container> = s.init_containers.iter().flatten().chain(s.containers.iter()).collect();
+    let mut any = false;
+    let mut guaranteed = true;
+    for c in all {
+        let r = c.resources.as_ref();
+        let req = r.and_then(|r| r.requests.as_ref());
+        let lim = r.and_then(|r| r.limits.as_ref());
+        for res in ["cpu", "memory"] {
+            let rq = req.and_then(|m| m.get(res)).map(|q| q.0.clone());
+            let lm = lim.and_then(|m| m.get(res)).map(|q| q.0.clone());
+            if rq.is_some() || lm.is_some() {
+                any = true;
+            }
+            match (rq, lm) {
+                (_, None) => guaranteed = false,
+                (Some(a), Some(b)) if a != b => guaranteed = false,
+                _ => {}
+            }
+        }
+    }
+    match (any, guaranteed) {
+        (false, _) => "BestEffort",
+        (true, true) => "Guaranteed",
+        (true, false) => "Burstable",
+    }
+}
+
+fn namespace_options(pod: &Pod) -> api::NamespaceOption {
+    let s = spec(pod);
+    let mode = |node: bool| if node { api::NamespaceMode::Node } else { api::NamespaceMode::Pod } as i32;
+    let pid = if s.host_pid == Some(true) {
+        api::NamespaceMode::Node
+    } else if s.share_process_namespace == Some(true) {
+        api::NamespaceMode::Pod
+    } else {
+        api::NamespaceMode::Container
+    } as i32;
+    api::NamespaceOption {
+        network: mode(s.host_network == Some(true)),
+        pid,
+        ipc: mode(s.host_ipc == Some(true)),
+        ..Default::default()
+    }
+}
+
+fn dns_config(node: &NodeConfig, pod: &Pod) -> api::DnsConfig {
+    let s = spec(pod);
+    let policy = s.dns_policy.as_deref().unwrap_or("ClusterFirst");
+    // No cluster DNS on a static-pod node: ClusterFirst falls back to the host's resolver, as
+    // the kubelet does when clusterDNS is empty.
+    let mut dns = if policy == "None" {
+        api::DnsConfig::default()
+    } else {
+        api::DnsConfig {
+            servers: node.host_dns.servers.clone(),
+            searches: node.host_dns.searches.clone(),
+            options: node.host_dns.options.clone(),
+        }
+    };
+    if let Some(extra) = &s.dns_config {
+        for ns in extra.nameservers.iter().flatten() {
+            if !dns.servers.contains(ns) {
+                dns.servers.push(ns.clone());
+            }
+        }
+        for sd in extra.searches.iter().flatten() {
+            if !dns.searches.contains(sd) {
+                dns.searches.push(sd.clone());
+            }
+        }
+        for o in extra.options.iter().flatten() {
+            let text = match &o.value {
+                Some(v) => format!("{}:{v}", o.name.as_deref().unwrap_or("")),
+                None => o.name.clone().unwrap_or_default(),
+            };
+            let key = text.split(':').next().unwrap_or("").to_string();
+            dns.options.retain(|x| x.split(':').next() != Some(key.as_str()));
+            dns.options.push(text);
+        }
+    }
+    dns
+}
+
+/// R1.6: port mappings from the app containers' ports only.
+fn port_mappings(pod: &Pod) -> Vec<api::PortMapping> {
+    let mut out = Vec::new();
+    for c in &spec(pod).containers {
+        for p in c.ports.iter().flatten() {
+            let protocol = match p.protocol.as_deref() {
+                Some("UDP") => api::Protocol::Udp,
+                Some("SCTP") => api::Protocol::Sctp,
+                _ => api::Protocol::Tcp,
+            } as i32;
+            let m = api::PortMapping {
+                protocol,
+                container_port: p.container_port,
+                host_port: p.host_port.unwrap_or(0),
+                host_ip: p.host_ip.clone().unwrap_or_default(),
+            };
+            if !out.contains(&m) {
+                out.push(m);
+            }
+        }
+    }
+    out
+}
+
+/// R1.1–R1.7: the sandbox config for attempt `attempt`.
+pub fn sandbox_config(node: &NodeConfig, d: &DesiredPod, attempt: u32) -> api::PodSandboxConfig {
+    let pod = &*d.pod;
+    let s = spec(pod);
+    let mut labels: HashMap<String, String> =
+        pod.metadata.labels.clone().unwrap_or_default().into_iter().collect();
+    labels.insert(keys::POD_NAME.into(), d.key.name.clone());
+    labels.insert(keys::POD_NAMESPACE.into(), d.key.namespace.clone());
+    labels.insert(keys::POD_UID.into(), d.uid.clone());
+    labels.insert(keys::MANAGED_BY.into(), "crilet".into());
+    let mut annotations: HashMap<String, String> =
+        pod.metadata.annotations.clone().unwrap_or_default().into_iter().collect();
+    annotations.insert(keys::MANIFEST_FILE.into(), d.file.display().to_string());
+    if let Ok(json) = serde_json::to_string(pod) {
+        annotations.insert(keys::POD_SPEC.into(), json);
+    }
+    let psc = s.security_context.clone().unwrap_or_default();
+    let privileged = s
+        .init_containers
+        .iter()
+        .flatten()
+        .chain(s.containers.iter())
+        .any(|c| c.security_context.as_ref().and_then(|sc| sc.privileged) == Some(true));
+    let sysctls =
+        psc.sysctls.iter().flatten().map(|sc| (sc.name.replace('/', "."), sc.value.clone())).collect();
+    api::PodSandboxConfig {
+        metadata: Some(api::PodSandboxMetadata {
+            name: d.key.name.clone(),
+            uid: d.uid.clone(),
+            namespace: d.key.namespace.clone(),
+            attempt,
+        }),
+        hostname: hostname(pod),
+        log_directory: pod_log_dir(node, d).display().to_string(),
+        dns_config: Some(dns_config(node, pod)),
+        port_mappings: port_mappings(pod),
+        labels,
+        annotations,
+        linux: Some(api::LinuxPodSandboxConfig {
+            cgroup_parent: cgroup_parent(pod, &d.uid),
+            security_context: Some(api::LinuxSandboxSecurityContext {
+                namespace_options: Some(namespace_options(pod)),
+                run_as_user: psc.run_as_user.map(|value| api::Int64Value { value }),
+                run_as_group: psc.run_as_group.map(|value| api::Int64Value { value }),
+                supplemental_groups: psc.supplemental_groups.clone().unwrap_or_default(),
+                privileged,
+                ..Default::default()
+            }),
+            sysctls,
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Values the downward API and `$(VAR)` expansion need at container creation.
+#[derive(Debug, Clone, Default)]
+pub struct RuntimeValues {
+    pub pod_ips: Vec<String>,
+    /// The image reference to run (the runtime's image ID, R1.9).
+    pub image_ref: String,
+    pub restart_count: u32,
+    /// Host file bind-mounted at the termination-message path, if any (R1.12).
+    pub termination_file: Option<PathBuf>,
+}
+
+/// An error in turning a container spec into a CRI config (shown as `CreateContainerConfigError`).
+#[derive(Debug, thiserror::Error)]
+#[error("container {container}: {reason}")]
+pub struct ConfigError {
+    pub container: String,
+    pub reason: String,
+}
+
+/// Resolves the container's env list in order, with `$(VAR)` expansion against earlier entries.
+pub fn resolve_env(
+    node: &NodeConfig,
+    d: &DesiredPod,
+    c: &Container,
+    rv: &RuntimeValues,
+) -> Result<Vec<(String, String)>, ConfigError> {
+    let mut env: Vec<(String, String)> = Vec::new();
+    for e in c.env.iter().flatten() {
+        let value = if let Some(from) = &e.value_from {
+            let Some(field) = &from.field_ref else {
+                return Err(ConfigError {
+                    container: c.name.clone(),
+                    reason: format!("env {}: only valueFrom.fieldRef is supported", e.name),
+                });
+            };
+            field_value(node, d, &field.field_path, rv).ok_or_else(|| ConfigError {
+                container: c.name.clone(),
+                reason: format!("env {}: unsupported fieldPath {:?}", e.name, field.field_path),
+            })?
+        } else {
+            let known: HashMap<String, String> = env.iter().cloned().collect();
+            expand(e.value.as_deref().unwrap_or(""), &|n| known.get(n).cloned())
+        };
+        env.retain(|(k, _)| k != &e.name);
+        env.push((e.name.clone(), value));
+    }
+    Ok(env)
+}
+
+fn field_value(node: &NodeConfig, d: &DesiredPod, path: &str, rv: &RuntimeValues) -> Option<String> {
+    let host_ip = node.host_ip.clone().unwrap_or_default();
+    let host_network = spec(&d.pod).host_network == Some(true);
+    let pod_ip = if host_network { host_ip.clone() } else { rv.pod_ips.first().cloned().unwrap_or_default() };
+    Some(match path {
+        "metadata.name" => d.key.name.clone(),
+        "metadata.namespace" => d.key.namespace.clone(),
+        "metadata.uid" => d.uid.clone(),
+        "spec.nodeName" => node.node_name.clone(),
+        "spec.serviceAccountName" => spec(&d.pod).service_account_name.clone().unwrap_or_default(),
+        "status.podIP" => pod_ip,
+        "status.podIPs" => {
+            if host_network {
+                host_ip
+            } else {
+                rv.pod_ips.join(",")
+            }
+        }
+        "status.hostIP" | "status.hostIPs" => host_ip,
+        _ => return None,
+    })
+}
+
+fn linux_resources(c: &Container) -> api::LinuxContainerResources {
+    let r = c.resources.as_ref();
+    let get = |m: Option<
+        &std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+    >,
+               k: &str| { m.and_then(|m| m.get(k)).map(|q| q.0.clone()) };
+    let cpu_limit = get(r.and_then(|r| r.limits.as_ref()), "cpu").and_then(|q| parse_milli(&q));
+    // A limit without a request defaults the request to the limit (API defaulting).
+    let cpu_request =
+        get(r.and_then(|r| r.requests.as_ref()), "cpu").and_then(|q| parse_milli(&q)).or(cpu_limit);
+    let mem_limit = get(r.and_then(|r| r.limits.as_ref()), "memory").and_then(|q| parse_units(&q));
+    let mut out = api::LinuxContainerResources {
+        // milliCPUToShares: at least 2 shares, 1024 per CPU.
+        cpu_shares: cpu_request.map_or(2, |m| (m * 1024 / 1000).max(2)),
+        memory_limit_in_bytes: mem_limit.unwrap_or(0),
+        ..Default::default()
+    };
+    if let Some(m) = cpu_limit {
+        out.cpu_period = 100_000;
+        out.cpu_quota = (m * 100_000 / 1000).max(1000);
+    }
+    out
+}
+
+/// R1.8–R1.12: the container config. `mounts` are prepared by the executor.
+pub fn container_config(
+    node: &NodeConfig,
+    d: &DesiredPod,
+    c: &Container,
+    kind: Kind,
+    rv: &RuntimeValues,
+    mounts: Vec<api::Mount>,
+) -> Result<api::ContainerConfig, ConfigError> {
+    let pod = &*d.pod;
+    let s = spec(pod);
+    let env = resolve_env(node, d, c, rv)?;
+    let lookup: HashMap<String, String> = env.iter().cloned().collect();
+    let exp = |v: &Vec<String>| v.iter().map(|a| expand(a, &|n| lookup.get(n).cloned())).collect::<Vec<_>>();
+
+    let labels = HashMap::from([
+        (keys::POD_NAME.to_string(), d.key.name.clone()),
+        (keys::POD_NAMESPACE.to_string(), d.key.namespace.clone()),
+        (keys::POD_UID.to_string(), d.uid.clone()),
+        (keys::CONTAINER_NAME.to_string(), c.name.clone()),
+    ]);
+    let mut annotations = HashMap::from([
+        (keys::CONTAINER_HASH.to_string(), container_hash(c)),
+        (HASH_SCHEME_ANNOTATION.to_string(), CURRENT_SCHEME.to_string()),
+        (keys::CONTAINER_RESTART_COUNT.to_string(), rv.restart_count.to_string()),
+        (
+            keys::TERMINATION_MESSAGE_PATH.to_string(),
+            c.termination_message_path.clone().unwrap_or_else(|| "/dev/termination-log".into()),
+        ),
+        (
+            keys::TERMINATION_MESSAGE_POLICY.to_string(),
+            c.termination_message_policy.clone().unwrap_or_else(|| "File".into()),
+        ),
+        (keys::CONTAINER_KIND.to_string(), kind.as_str().to_string()),
+    ]);
+    if let Some(g) = s.termination_grace_period_seconds {
+        annotations.insert(keys::POD_TERMINATION_GRACE.into(), g.to_string());
+    }
+    if let Some(pre) = c.lifecycle.as_ref().and_then(|l| l.pre_stop.as_ref()) {
+        if let Ok(json) = serde_json::to_string(pre) {
+            annotations.insert(keys::PRESTOP_HANDLER.into(), json);
+        }
+    }
+    if let Some(ports) = c.ports.as_ref().filter(|p| !p.is_empty()) {
+        if let Ok(json) = serde_json::to_string(ports) {
+            annotations.insert(keys::CONTAINER_PORTS.into(), json);
+        }
+    }
+    if let Some(f) = &rv.termination_file {
+        annotations.insert(TERMINATION_FILE_ANNOTATION.into(), f.display().to_string());
+    }
+
+    let psc = s.security_context.clone().unwrap_or_default();
+    let csc = c.security_context.clone().unwrap_or_default();
+    let caps = csc.capabilities.clone().unwrap_or_default();
+    let security = api::LinuxContainerSecurityContext {
+        capabilities: Some(api::Capability {
+            add_capabilities: caps.add.clone().unwrap_or_default(),
+            drop_capabilities: caps.drop.clone().unwrap_or_default(),
+            ..Default::default()
+        }),
+        privileged: csc.privileged == Some(true),
+        namespace_options: Some(namespace_options(pod)),
+        run_as_user: csc.run_as_user.or(psc.run_as_user).map(|value| api::Int64Value { value }),
+        run_as_group: csc.run_as_group.or(psc.run_as_group).map(|value| api::Int64Value { value }),
+        readonly_rootfs: csc.read_only_root_filesystem == Some(true),
+        supplemental_groups: psc.supplemental_groups.clone().unwrap_or_default(),
+        no_new_privs: csc.allow_privilege_escalation == Some(false),
+        ..Default::default()
+    };
+
+    Ok(api::ContainerConfig {
+        metadata: Some(api::ContainerMetadata { name: c.name.clone(), attempt: rv.restart_count }),
+        image: Some(api::ImageSpec {
+            image: rv.image_ref.clone(),
+            user_specified_image: c.image.clone().unwrap_or_default(),
+            ..Default::default()
+        }),
+        command: exp(c.command.as_ref().unwrap_or(&Vec::new())),
+        args: exp(c.args.as_ref().unwrap_or(&Vec::new())),
+        working_dir: c.working_dir.clone().unwrap_or_default(),
+        envs: env.into_iter().map(|(key, value)| api::KeyValue { key, value }).collect(),
+        mounts,
+        labels,
+        annotations,
+        log_path: container_log_path(&c.name, rv.restart_count),
+        linux: Some(api::LinuxContainerConfig {
+            resources: Some(linux_resources(c)),
+            security_context: Some(security),
+        }),
+        ..Default::default()
+    })
+}
+
+/// crilet's own annotation: the host file holding this instance's termination message.
+pub const TERMINATION_FILE_ANNOTATION: &str = "crilet.io/termination-message-file";
+
+/// R1.9: the log path relative to the pod log directory.
+pub fn container_log_path(name: &str, restart_count: u32) -> String {
+    format!("{name}/{restart_count}.log")
+}
+
+/// R1.14: the restart count from the log directory when no instance exists in the runtime.
+pub fn restart_count_from_logs(dir: &Path) -> Option<u32> {
+    let entries = std::fs::read_dir(dir).ok()?;
+    entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().to_string();
+            let (n, rest) = name.split_once(".log")?;
+            (rest.is_empty() || rest.starts_with('.')).then(|| n.parse::<u32>().ok()).flatten()
+        })
+        .max()
+        .map(|n| n + 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resolv_conf() {
+        let d = HostDns::parse("# c\nnameserver 1.1.1.1\nnameserver 8.8.8.8\nsearch a b\noptions ndots:2\n");
+        assert_eq!(d.servers, vec!["1.1.1.1", "8.8.8.8"]);
+        assert_eq!(d.searches, vec!["a", "b"]);
+        assert_eq!(d.options, vec!["ndots:2"]);
+    }
+
+    #[test]
+    fn hostnames() {
+        let mut pod = Pod::default();
+        pod.metadata.name = Some(format!("{}-.x", "a".repeat(61)));
+        assert_eq!(hostname(&pod), "a".repeat(61));
+        pod.spec = Some(PodSpec { hostname: Some("h".into()), ..Default::default() });
+        assert_eq!(hostname(&pod), "h");
+        pod.spec = Some(PodSpec { host_network: Some(true), ..Default::default() });
+        assert_eq!(hostname(&pod), "");
+    }
+
+    #[test]
+    fn restart_count_from_log_dir() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        assert_eq!(restart_count_from_logs(dir.path()), None);
+        for f in ["0.log", "3.log.20240101-000000", "2.log", "x.log"] {
+            std::fs::write(dir.path().join(f), "").expect("write");
+        }
+        assert_eq!(restart_count_from_logs(dir.path()), Some(4));
+    }
+}
