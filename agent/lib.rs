@@ -12,3 +12,8 @@ pub mod proto {
     //! The generated control API (`proto/crilet/v1`).
     tonic::include_proto!("crilet.v1");
 }
+
+pub mod http_get;
+
+/// The Kubernetes minor version whose kubelet behaviour crilet follows (User-Agent strings).
+pub const KUBE_VERSION: &str = "1.33";

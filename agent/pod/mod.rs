@@ -5,3 +5,7 @@ pub mod hash;
 pub mod plan;
 pub mod quantity;
 pub mod spec;
+pub mod hooks;
+pub mod context;
+pub mod start;
+pub mod terminate;

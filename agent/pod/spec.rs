@@ -87,6 +87,12 @@ pub fn empty_dir(node: &NodeConfig, uid: &str, volume: &str) -> PathBuf {
     pod_dir(node, uid).join("volumes/kubernetes.io~empty-dir").join(volume)
 }
 
+/// The pod's `terminationGracePeriodSeconds` (default 30).
+pub fn termination_grace(pod: &Pod) -> std::time::Duration {
+    let secs = spec(pod).termination_grace_period_seconds.unwrap_or(30);
+    std::time::Duration::from_secs(u64::try_from(secs).unwrap_or(0))
+}
+
 /// R1.4: hostname for the sandbox.
 pub fn hostname(pod: &Pod) -> String {
     let s = spec(pod);

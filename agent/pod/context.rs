@@ -1,0 +1,52 @@
+//! What every pod worker shares: the CRI client, node settings, the registry (status + events),
+//! the node-wide image pull back-off and the pull lock (pulls are serialized, R11.3).
+
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::Mutex as AsyncMutex;
+
+use super::backoff::Backoff;
+use super::spec::NodeConfig;
+use crate::cri::CriClient;
+use crate::model::PodKey;
+use crate::registry::Registry;
+
+pub struct PodContext {
+    pub cri: CriClient,
+    pub node: NodeConfig,
+    pub registry: Registry,
+    pub image_backoff: Mutex<Backoff>,
+    pub pull_lock: AsyncMutex<()>,
+}
+
+pub type Shared = Arc<PodContext>;
+
+impl PodContext {
+    pub fn new(cri: CriClient, node: NodeConfig, registry: Registry) -> Shared {
+        Arc::new(Self {
+            cri,
+            node,
+            registry,
+            image_backoff: Mutex::new(Backoff::image_pull()),
+            pull_lock: AsyncMutex::new(()),
+        })
+    }
+
+    pub fn normal(&self, pod: &PodKey, container: Option<&str>, reason: &str, message: String) {
+        tracing::info!(pod = %pod, container = container.unwrap_or(""), reason, "{message}");
+        self.registry.record("Normal", pod, container, reason, message);
+    }
+
+    pub fn warning(&self, pod: &PodKey, container: Option<&str>, reason: &str, message: String) {
+        tracing::warn!(pod = %pod, container = container.unwrap_or(""), reason, "{message}");
+        self.registry.record("Warning", pod, container, reason, message);
+    }
+}
+
+/// Wall-clock nanoseconds since the epoch (the clock CRI timestamps use).
+pub fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}

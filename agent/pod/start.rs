@@ -1,0 +1,300 @@
+//! Starting things: the sandbox, and one container (image, restart count, mounts, create,
+//! start, postStart). Failures come back as the waiting reason the kubelet would show (R7.10).
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::core::v1::Container;
+
+use super::backoff::Backoff;
+use super::context::{Shared, now_ns};
+use super::hash::container_hash;
+use super::hooks::run_handler;
+use super::spec::{
+    self, Kind, RuntimeValues, container_config, empty_dir, pod_dir, pod_log_dir, restart_count_from_logs,
+    sandbox_config,
+};
+use crate::cri::api;
+use crate::model::{ContainerState, DesiredPod, ObservedPod};
+use crate::status::StartError;
+
+fn err(reason: &str, message: impl Into<String>) -> StartError {
+    StartError { reason: reason.to_string(), message: message.into() }
+}
+
+/// Creates the sandbox (R1.1): log directory first, then `RunPodSandbox`, then its status for
+/// the pod IPs. Returns (sandbox ID, pod IPs).
+pub async fn create_sandbox(ctx: &Shared, d: &DesiredPod, attempt: u32) -> Result<(String, Vec<String>), StartError> {
+    let log_dir = pod_log_dir(&ctx.node, d);
+    mkdir(&log_dir, 0o755).map_err(|e| err("CreatePodSandboxError", format!("creating {}: {e}", log_dir.display())))?;
+    mkdir(&pod_dir(&ctx.node, &d.uid), 0o750)
+        .map_err(|e| err("CreatePodSandboxError", format!("creating pod directory: {e}")))?;
+    let config = sandbox_config(&ctx.node, d, attempt);
+    let handler = d.pod.spec.as_ref().and_then(|s| s.runtime_class_name.clone()).unwrap_or_default();
+    let id = ctx.cri.run_sandbox(config, &handler).await.map_err(|e| {
+        ctx.warning(&d.key, None, "FailedCreatePodSandBox", format!("Failed to create pod sandbox: {e}"));
+        err("CreatePodSandboxError", e.to_string())
+    })?;
+    let ips = match ctx.cri.sandbox_status(&id).await {
+        Ok(s) => s.ips,
+        Err(_) => Vec::new(),
+    };
+    Ok((id, ips))
+}
+
+fn mkdir(path: &Path, mode: u32) -> std::io::Result<()> {
+    std::fs::create_dir_all(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+}
+
+/// The crash-loop back-off key (R7.4): container name and hash, so a changed container
+/// starts without back-off (R2.5).
+pub fn backoff_key(c: &Container) -> String {
+    format!("{}_{}", c.name, container_hash(c))
+}
+
+/// R7.5: whether `c` must wait; returns the error to show and the time (ns) the wait ends.
+pub fn crash_backoff_wait(
+    backoff: &Backoff,
+    d: &DesiredPod,
+    c: &Container,
+    observed: &ObservedPod,
+    now: i64,
+) -> Option<(StartError, i64)> {
+    let exited = observed.containers.iter().find(|o| o.name == c.name && o.state == ContainerState::Exited)?;
+    let key = backoff_key(c);
+    let until = backoff.backoff_until(&key, exited.finished_at, now)?;
+    let delay = backoff.delay(&key).unwrap_or_default();
+    let message = format!(
+        "back-off {} restarting failed container={} pod={}_{}({})",
+        humanize(delay),
+        c.name,
+        d.key.name,
+        d.key.namespace,
+        d.uid
+    );
+    Some((err("CrashLoopBackOff", message), until))
+}
+
+fn humanize(d: std::time::Duration) -> String {
+    let s = d.as_secs();
+    if s >= 60 && s % 60 == 0 {
+        format!("{}m0s", s / 60)
+    } else if s >= 60 {
+        format!("{}m{}s", s / 60, s % 60)
+    } else {
+        format!("{s}s")
+    }
+}
+
+/// What a start needs from the sync that asked for it.
+pub struct StartRequest<'a> {
+    pub desired: &'a DesiredPod,
+    pub spec: &'a Container,
+    pub kind: Kind,
+    pub observed: &'a ObservedPod,
+    pub sandbox_id: &'a str,
+    pub pod_ips: &'a [String],
+    pub sandbox_config: &'a api::PodSandboxConfig,
+}
+
+/// Ensures the image per `imagePullPolicy` (R11.2, R7.11); returns the runtime's image ID.
+pub async fn ensure_image(ctx: &Shared, d: &DesiredPod, c: &Container, sandbox_config: &api::PodSandboxConfig) -> Result<String, StartError> {
+    let image = c.image.clone().unwrap_or_default();
+    if image.is_empty() {
+        return Err(err("InvalidImageName", "container image is empty"));
+    }
+    let policy = c.image_pull_policy.as_deref().unwrap_or("IfNotPresent");
+    let present = ctx
+        .cri
+        .image_id(&image)
+        .await
+        .map_err(|e| err("ImageInspectError", format!("Failed to inspect image \"{image}\": {e}")))?;
+    let name = Some(c.name.as_str());
+    match (policy, present) {
+        ("Never", Some(img)) | ("IfNotPresent", Some(img)) => {
+            ctx.normal(&d.key, name, "Pulled", format!("Container image \"{image}\" already present on machine"));
+            return Ok(img.id);
+        }
+        ("Never", None) => {
+            let msg = format!("Container image \"{image}\" is not present with pull policy of Never");
+            ctx.warning(&d.key, name, "ErrImageNeverPull", msg.clone());
+            return Err(err("ErrImageNeverPull", msg));
+        }
+        _ => {}
+    }
+    let key = format!("{}_{}", d.uid, image);
+    let now = now_ns();
+    if let Ok(b) = ctx.image_backoff.lock() {
+        if b.backoff_until(&key, now, now).is_some() {
+            let msg = format!("Back-off pulling image \"{image}\"");
+            drop(b);
+            ctx.normal(&d.key, name, "BackOff", msg.clone());
+            return Err(err("ImagePullBackOff", msg));
+        }
+    }
+    ctx.normal(&d.key, name, "Pulling", format!("Pulling image \"{image}\""));
+    let started = std::time::Instant::now();
+    let result = {
+        let _serial = ctx.pull_lock.lock().await;
+        ctx.cri.pull_image(&image, Some(sandbox_config.clone())).await
+    };
+    match result {
+        Ok(_) => {
+            if let Ok(mut b) = ctx.image_backoff.lock() {
+                b.reset(&key);
+            }
+            ctx.normal(
+                &d.key,
+                name,
+                "Pulled",
+                format!("Successfully pulled image \"{image}\" in {:.3}s", started.elapsed().as_secs_f64()),
+            );
+            let img = ctx
+                .cri
+                .image_id(&image)
+                .await
+                .map_err(|e| err("ImageInspectError", e.to_string()))?
+                .ok_or_else(|| err("ErrImagePull", format!("image \"{image}\" not present after pull")))?;
+            Ok(img.id)
+        }
+        Err(e) => {
+            if let Ok(mut b) = ctx.image_backoff.lock() {
+                b.next(&key, now, now);
+            }
+            let msg = format!("Failed to pull image \"{image}\": {e}");
+            ctx.warning(&d.key, name, "Failed", msg.clone());
+            ctx.warning(&d.key, name, "Failed", "Error: ErrImagePull".into());
+            Err(err("ErrImagePull", msg))
+        }
+    }
+}
+
+/// R1.14: the restart count of the new instance.
+fn next_restart_count(ctx: &Shared, req: &StartRequest<'_>) -> u32 {
+    match req.observed.newest(&req.spec.name) {
+        Some(c) => c.restart_count + 1,
+        None => restart_count_from_logs(&pod_log_dir(&ctx.node, req.desired).join(&req.spec.name)).unwrap_or(0),
+    }
+}
+
+/// Host paths for the container's volume mounts (emptyDir created on first use), plus the
+/// termination-message file (R1.12).
+fn prepare_mounts(ctx: &Shared, req: &StartRequest<'_>) -> Result<(Vec<api::Mount>, Option<PathBuf>), StartError> {
+    let d = req.desired;
+    let c = req.spec;
+    let volumes = d.pod.spec.as_ref().and_then(|s| s.volumes.clone()).unwrap_or_default();
+    let mut mounts = Vec::new();
+    for vm in c.volume_mounts.iter().flatten() {
+        let Some(vol) = volumes.iter().find(|v| v.name == vm.name) else {
+            return Err(err("CreateContainerConfigError", format!("volume {:?} not found", vm.name)));
+        };
+        let mut host: PathBuf = if let Some(hp) = &vol.host_path {
+            let p = PathBuf::from(&hp.path);
+            prepare_host_path(&p, hp.type_.as_deref().unwrap_or(""))
+                .map_err(|m| err("CreateContainerConfigError", format!("hostPath volume {:?}: {m}", vol.name)))?;
+            p
+        } else {
+            let p = empty_dir(&ctx.node, &d.uid, &vol.name);
+            // World-writable like the kubelet's emptyDir, so non-root containers can use it.
+            mkdir(&p, 0o777).map_err(|e| err("CreateContainerConfigError", format!("emptyDir {:?}: {e}", vol.name)))?;
+            p
+        };
+        if let Some(sub) = vm.sub_path.as_deref().filter(|s| !s.is_empty()) {
+            host = host.join(sub);
+            if !host.exists() {
+                mkdir(&host, 0o777).map_err(|e| err("CreateContainerConfigError", format!("subPath {sub:?}: {e}")))?;
+            }
+        }
+        mounts.push(api::Mount {
+            container_path: vm.mount_path.clone(),
+            host_path: host.display().to_string(),
+            readonly: vm.read_only == Some(true),
+            ..Default::default()
+        });
+    }
+    let mut termination_file = None;
+    let tpath = c.termination_message_path.clone().unwrap_or_else(|| "/dev/termination-log".into());
+    if !tpath.is_empty() {
+        let dir = pod_dir(&ctx.node, &d.uid).join("containers").join(&c.name);
+        mkdir(&dir, 0o750).map_err(|e| err("CreateContainerConfigError", format!("termination message dir: {e}")))?;
+        let file = dir.join(format!("{:08x}", fastrand::u32(..)));
+        std::fs::write(&file, b"")
+            .and_then(|_| std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)))
+            .map_err(|e| err("CreateContainerConfigError", format!("termination message file: {e}")))?;
+        mounts.push(api::Mount {
+            container_path: tpath,
+            host_path: file.display().to_string(),
+            readonly: false,
+            ..Default::default()
+        });
+        termination_file = Some(file);
+    }
+    Ok((mounts, termination_file))
+}
+
+/// hostPath `type` checks as the kubelet does them (create the *OrCreate kinds).
+fn prepare_host_path(p: &Path, kind: &str) -> Result<(), String> {
+    let meta = std::fs::metadata(p);
+    use std::os::unix::fs::FileTypeExt;
+    match kind {
+        "" => Ok(()),
+        "DirectoryOrCreate" => {
+            if meta.is_err() {
+                mkdir(p, 0o755).map_err(|e| e.to_string())?;
+            }
+            Ok(())
+        }
+        "FileOrCreate" => {
+            if meta.is_err() {
+                std::fs::OpenOptions::new().create(true).append(true).open(p).map_err(|e| e.to_string())?;
+            }
+            Ok(())
+        }
+        "Directory" if meta.as_ref().is_ok_and(|m| m.is_dir()) => Ok(()),
+        "File" if meta.as_ref().is_ok_and(|m| m.is_file()) => Ok(()),
+        "Socket" if meta.as_ref().is_ok_and(|m| m.file_type().is_socket()) => Ok(()),
+        "CharDevice" if meta.as_ref().is_ok_and(|m| m.file_type().is_char_device()) => Ok(()),
+        "BlockDevice" if meta.as_ref().is_ok_and(|m| m.file_type().is_block_device()) => Ok(()),
+        other => Err(format!("{} is not a {other}", p.display())),
+    }
+}
+
+/// Pulls, creates and starts one container, then runs its postStart hook (R1.8, R8.1).
+/// Returns the new container ID.
+pub async fn start_container(ctx: &Shared, req: &StartRequest<'_>) -> Result<String, StartError> {
+    let d = req.desired;
+    let c = req.spec;
+    let name = Some(c.name.as_str());
+    let image_ref = ensure_image(ctx, d, c, req.sandbox_config).await?;
+    let restart_count = next_restart_count(ctx, req);
+    let log_dir = pod_log_dir(&ctx.node, d).join(&c.name);
+    mkdir(&log_dir, 0o755).map_err(|e| err("CreateContainerConfigError", format!("creating {}: {e}", log_dir.display())))?;
+    let (mounts, termination_file) = prepare_mounts(ctx, req)?;
+    let rv = RuntimeValues { pod_ips: req.pod_ips.to_vec(), image_ref, restart_count, termination_file };
+    let config = container_config(&ctx.node, d, c, req.kind, &rv, mounts).map_err(|e| {
+        ctx.warning(&d.key, name, "Failed", format!("Error: {e}"));
+        err("CreateContainerConfigError", e.to_string())
+    })?;
+    let id = ctx.cri.create_container(req.sandbox_id, config, req.sandbox_config.clone()).await.map_err(|e| {
+        ctx.warning(&d.key, name, "Failed", format!("Error: {e}"));
+        err("CreateContainerError", e.to_string())
+    })?;
+    ctx.normal(&d.key, name, "Created", format!("Created container: {}", c.name));
+    if let Err(e) = ctx.cri.start_container(&id).await {
+        ctx.warning(&d.key, name, "Failed", format!("Error: {e}"));
+        return Err(err("RunContainerError", e.to_string()));
+    }
+    ctx.normal(&d.key, name, "Started", format!("Started container {}", c.name));
+    if let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
+        if let Err(msg) = run_handler(&ctx.cri, &id, c, hook, req.pod_ips.first().map(String::as_str)).await {
+            tracing::warn!(pod = %d.key, container = %c.name, error = %msg, "postStart hook failed");
+            ctx.warning(&d.key, name, "FailedPostStartHook", format!("PostStartHook failed: {msg}"));
+            // R8.2: the container is killed through the normal path (preStop and grace).
+            let grace = spec::termination_grace(&d.pod);
+            super::terminate::kill_one(ctx, d, c, &id, grace, "FailedPostStartHook", req.pod_ips.first().map(String::as_str)).await;
+            return Err(err("PostStartHookError", msg));
+        }
+    }
+    Ok(id)
+}

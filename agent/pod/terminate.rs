@@ -1,0 +1,250 @@
+//! Stopping containers inside one grace budget (DESIGN "Termination", spec §5).
+//!
+//! One absolute deadline per kill: preStop hooks all start at once (R5.5); app containers get
+//! SIGTERM first, sidecars then stop in reverse declaration order, each after everything it
+//! must outlive has exited (R5.6); each `StopContainer` gets what is left of the budget, with no
+//! per-container floor, so nothing outlives the deadline by more than the runtime's own kill.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Pod};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::context::Shared;
+use super::hooks::run_handler;
+use super::plan::is_sidecar;
+use crate::model::{ContainerState, DesiredPod, ObservedContainer, ObservedPod, PodKey, keys};
+
+/// R5.6: for each running container, the running containers it must outlive. Empty unless the
+/// pod has a sidecar. `running` holds container names.
+pub fn stop_prerequisites(pod: &Pod, running: &[String]) -> HashMap<String, Vec<String>> {
+    let spec = pod.spec.as_ref();
+    let inits: &[Container] = spec.and_then(|s| s.init_containers.as_deref()).unwrap_or(&[]);
+    let apps: &[Container] = spec.map(|s| s.containers.as_slice()).unwrap_or(&[]);
+    let mut out: HashMap<String, Vec<String>> = running.iter().map(|n| (n.clone(), Vec::new())).collect();
+    if !inits.iter().any(is_sidecar) {
+        return out;
+    }
+    let is_running = |n: &str| running.iter().any(|r| r == n);
+    let running_apps: Vec<String> = apps.iter().filter(|c| is_running(&c.name)).map(|c| c.name.clone()).collect();
+    let sidecars: Vec<&Container> = inits.iter().filter(|c| is_sidecar(c)).collect();
+    for (i, s) in sidecars.iter().enumerate() {
+        if !is_running(&s.name) {
+            continue;
+        }
+        let mut pre = running_apps.clone();
+        // The next declared sidecar, only if it runs: a gap breaks the chain.
+        if let Some(next) = sidecars.get(i + 1).filter(|n| is_running(&n.name)) {
+            pre.push(next.name.clone());
+        }
+        out.insert(s.name.clone(), pre);
+    }
+    out
+}
+
+fn find_spec<'a>(pod: &'a Pod, name: &str) -> Option<&'a Container> {
+    let spec = pod.spec.as_ref()?;
+    spec.containers.iter().chain(spec.init_containers.iter().flatten()).find(|c| c.name == name)
+}
+
+/// The preStop handler of a container: from the spec, or from the annotation the container was
+/// created with (a pod whose spec is gone, R1.17).
+fn pre_stop(spec: Option<&Container>, observed: &ObservedContainer) -> Option<LifecycleHandler> {
+    match spec {
+        Some(c) => c.lifecycle.as_ref().and_then(|l| l.pre_stop.clone()),
+        None => observed.annotations.get(keys::PRESTOP_HANDLER).and_then(|j| serde_json::from_str(j).ok()),
+    }
+}
+
+fn secs_left(deadline: Instant) -> Duration {
+    Duration::from_secs(deadline.saturating_duration_since(Instant::now()).as_secs())
+}
+
+/// Runs preStop (bounded by the deadline), waits for `wait_for` to finish, then stops the
+/// container with what is left of the budget.
+#[allow(clippy::too_many_arguments)]
+async fn kill_with_deadline(
+    ctx: Shared,
+    key: PodKey,
+    spec: Option<Container>,
+    observed: ObservedContainer,
+    deadline: Instant,
+    message: String,
+    pod_ip: Option<String>,
+    mut wait_for: Vec<watch::Receiver<bool>>,
+) {
+    let name = observed.name.clone();
+    ctx.normal(&key, Some(&name), "Killing", message);
+    if let Some(hook) = pre_stop(spec.as_ref(), &observed) {
+        let fallback = Container { name: name.clone(), ..Default::default() };
+        let c = spec.clone().unwrap_or(fallback);
+        let run = run_handler(&ctx.cri, &observed.id, &c, &hook, pod_ip.as_deref());
+        match tokio::time::timeout_at(deadline, run).await {
+            Ok(Ok(())) => {}
+            Ok(Err(msg)) => {
+                tracing::warn!(pod = %key, container = %name, error = %msg, "preStop hook failed");
+                ctx.warning(&key, Some(&name), "FailedPreStopHook", format!("PreStopHook failed: {msg}"));
+            }
+            Err(_) => tracing::info!(pod = %key, container = %name, "preStop hook did not finish within the grace budget"),
+        }
+    }
+    for rx in &mut wait_for {
+        let _ = tokio::time::timeout_at(deadline, rx.wait_for(|done| *done)).await;
+    }
+    let grace = secs_left(deadline);
+    tracing::info!(pod = %key, container = %name, grace_s = grace.as_secs(), "stopping container");
+    if let Err(e) = ctx.cri.stop_container(&observed.id, grace).await {
+        ctx.warning(&key, Some(&name), "FailedKillContainer", format!("Failed to stop container {name}: {e}"));
+    }
+}
+
+/// Kills one container (spec change, probe failure, failed postStart) with `grace`.
+pub async fn kill_one(ctx: &Shared, d: &DesiredPod, spec: &Container, id: &str, grace: Duration, message: &str, pod_ip: Option<&str>) {
+    let observed = ObservedContainer {
+        id: id.to_string(),
+        sandbox_id: String::new(),
+        name: spec.name.clone(),
+        attempt: 0,
+        state: ContainerState::Running,
+        created_at: 0,
+        started_at: 0,
+        finished_at: 0,
+        exit_code: 0,
+        reason: String::new(),
+        message: String::new(),
+        image: String::new(),
+        image_ref: String::new(),
+        hash: String::new(),
+        restart_count: 0,
+        log_path: String::new(),
+        annotations: Default::default(),
+    };
+    kill_with_deadline(
+        ctx.clone(),
+        d.key.clone(),
+        Some(spec.clone()),
+        observed,
+        Instant::now() + grace,
+        message.to_string(),
+        pod_ip.map(str::to_string),
+        Vec::new(),
+    )
+    .await;
+}
+
+/// Kills every running container of the pod in order within `grace` counted from now, then
+/// stops every sandbox that is still ready. Reports an overrun of the budget as an event.
+pub async fn kill_pod(ctx: &Shared, key: &PodKey, pod: &Arc<Pod>, observed: &ObservedPod, grace: Duration, reason: &str) {
+    let started = Instant::now();
+    let deadline = started + grace;
+    let running: Vec<&ObservedContainer> = observed
+        .containers
+        .iter()
+        .filter(|c| matches!(c.state, ContainerState::Running | ContainerState::Unknown))
+        .collect();
+    let names: Vec<String> = running.iter().map(|c| c.name.clone()).collect();
+    let prereqs = stop_prerequisites(pod, &names);
+    let mut done_tx: HashMap<String, watch::Sender<bool>> = HashMap::new();
+    for n in &names {
+        done_tx.insert(n.clone(), watch::channel(false).0);
+    }
+    let pod_ip = observed.pod_ips().first().cloned();
+    let mut tasks = tokio::task::JoinSet::new();
+    for c in running {
+        let waits: Vec<watch::Receiver<bool>> = prereqs
+            .get(&c.name)
+            .into_iter()
+            .flatten()
+            .filter_map(|p| done_tx.get(p).map(watch::Sender::subscribe))
+            .collect();
+        let Some(tx) = done_tx.get(&c.name).cloned() else { continue };
+        let fut = kill_with_deadline(
+            ctx.clone(),
+            key.clone(),
+            find_spec(pod, &c.name).cloned(),
+            c.clone(),
+            deadline,
+            format!("Stopping container {}", c.name),
+            pod_ip.clone(),
+            waits,
+        );
+        tasks.spawn(async move {
+            fut.await;
+            let _ = tx.send(true);
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+    for sb in &observed.sandboxes {
+        if sb.state == crate::model::SandboxState::Ready {
+            if let Err(e) = ctx.cri.stop_sandbox(&sb.id).await {
+                ctx.warning(key, None, "FailedKillPod", format!("Failed to stop sandbox {}: {e}", sb.id));
+            }
+        }
+    }
+    let took = started.elapsed();
+    // The runtime's own SIGKILL takes a moment; anything beyond that is an overrun worth telling.
+    if took > grace + Duration::from_secs(1) {
+        ctx.warning(
+            key,
+            None,
+            "GracePeriodOverrun",
+            format!("Stopping the pod ({reason}) took {:.1}s, past its grace period of {}s", took.as_secs_f64(), grace.as_secs()),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::PodSpec;
+
+    use super::*;
+
+    fn c(name: &str, sidecar: bool) -> Container {
+        Container {
+            name: name.into(),
+            restart_policy: sidecar.then(|| "Always".to_string()),
+            ..Default::default()
+        }
+    }
+
+    fn pod(inits: Vec<Container>, apps: Vec<Container>) -> Pod {
+        Pod {
+            spec: Some(PodSpec { init_containers: Some(inits), containers: apps, ..Default::default() }),
+            ..Default::default()
+        }
+    }
+
+    fn names(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn prerequisites_cases() {
+        let p = pod(vec![c("s1", true), c("s2", true), c("s3", true)], vec![c("m1", false), c("m2", false)]);
+        let cases: Vec<(&str, Vec<&str>, Vec<(&str, Vec<&str>)>)> = vec![
+            ("all running: apps free, sidecars chain in reverse",
+             vec!["s1", "s2", "s3", "m1", "m2"],
+             vec![("m1", vec![]), ("m2", vec![]), ("s3", vec!["m1", "m2"]), ("s2", vec!["m1", "m2", "s3"]), ("s1", vec!["m1", "m2", "s2"])]),
+            ("a gap breaks the chain: s1 does not wait for s3",
+             vec!["s1", "s3", "m1"],
+             vec![("m1", vec![]), ("s3", vec!["m1"]), ("s1", vec!["m1"])]),
+            ("apps already gone: sidecars only wait for each other",
+             vec!["s1", "s2"],
+             vec![("s2", vec![]), ("s1", vec!["s2"])]),
+        ];
+        for (name, running, want) in cases {
+            let got = stop_prerequisites(&p, &names(&running));
+            assert_eq!(got.len(), want.len(), "{name}");
+            for (n, pre) in want {
+                assert_eq!(got.get(n), Some(&names(&pre)), "{name}: {n}");
+            }
+        }
+        // Without sidecars there is no ordering at all.
+        let p = pod(vec![c("i", false)], vec![c("m1", false), c("m2", false)]);
+        let got = stop_prerequisites(&p, &names(&["m1", "m2"]));
+        assert!(got.values().all(Vec::is_empty));
+    }
+}
