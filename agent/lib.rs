@@ -3,6 +3,7 @@ pub mod api;
 pub mod cli;
 pub mod cri;
 pub mod model;
+pub mod pleg;
 pub mod pod;
 pub mod registry;
 pub mod source;

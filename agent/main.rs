@@ -1,1 +1,215 @@
-fn main() {}
+//! The `crilet` binary: `crilet run` is the node agent; every other subcommand is a client of
+//! its control socket (or reads the log files).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use crilet::cri::CriClient;
+use crilet::pleg::{self, Wakers};
+use crilet::pod::context::PodContext;
+use crilet::pod::spec::{HostDns, NodeConfig};
+use crilet::pod::supervisor::Supervisor;
+use crilet::registry::Registry;
+use crilet::source;
+use serde::Deserialize;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+#[derive(Parser)]
+#[command(name = "crilet", version, about = "A kubelet-faithful node agent for static pods on containerd (CRI)")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the node agent.
+    Run(RunArgs),
+}
+
+/// `crilet run` settings; every flag can also come from `--config` (same names, YAML).
+#[derive(Args, Debug, Default, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+struct RunArgs {
+    /// CRI runtime endpoint [default: unix:///run/containerd/containerd.sock]
+    #[arg(long)]
+    container_runtime_endpoint: Option<String>,
+    /// CRI image endpoint [default: the runtime endpoint]
+    #[arg(long)]
+    image_service_endpoint: Option<String>,
+    /// Directory of Pod manifests [default: /etc/crilet/manifests]
+    #[arg(long)]
+    pod_manifest_path: Option<PathBuf>,
+    /// Agent state directory [default: /var/lib/crilet]
+    #[arg(long)]
+    root_dir: Option<PathBuf>,
+    /// Container logs directory [default: /var/log/pods]
+    #[arg(long)]
+    pod_logs_dir: Option<PathBuf>,
+    /// The agent's control socket [default: /run/crilet/crilet.sock]
+    #[arg(long)]
+    control_socket: Option<PathBuf>,
+    /// Node name [default: the hostname]
+    #[arg(long)]
+    node_name: Option<String>,
+    /// A YAML file holding the same settings (flags win)
+    #[arg(long)]
+    #[serde(skip)]
+    config: Option<PathBuf>,
+}
+
+impl RunArgs {
+    /// Flags over the config file over the defaults.
+    fn resolve(mut self) -> anyhow::Result<Settings> {
+        if let Some(path) = self.config.clone() {
+            let text = std::fs::read_to_string(&path).with_context(|| format!("reading config {}", path.display()))?;
+            let file: RunArgs =
+                serde_yaml_ng::from_str(&text).with_context(|| format!("parsing config {}", path.display()))?;
+            self.container_runtime_endpoint = self.container_runtime_endpoint.or(file.container_runtime_endpoint);
+            self.image_service_endpoint = self.image_service_endpoint.or(file.image_service_endpoint);
+            self.pod_manifest_path = self.pod_manifest_path.or(file.pod_manifest_path);
+            self.root_dir = self.root_dir.or(file.root_dir);
+            self.pod_logs_dir = self.pod_logs_dir.or(file.pod_logs_dir);
+            self.control_socket = self.control_socket.or(file.control_socket);
+            self.node_name = self.node_name.or(file.node_name);
+        }
+        let runtime = self.container_runtime_endpoint.unwrap_or_else(|| "unix:///run/containerd/containerd.sock".into());
+        let node_name = match self.node_name {
+            Some(n) => n,
+            None => hostname::get()?.to_string_lossy().to_lowercase(),
+        };
+        Ok(Settings {
+            image_endpoint: self.image_service_endpoint.unwrap_or_else(|| runtime.clone()),
+            runtime_endpoint: runtime,
+            manifest_dir: self.pod_manifest_path.unwrap_or_else(|| "/etc/crilet/manifests".into()),
+            root_dir: self.root_dir.unwrap_or_else(|| "/var/lib/crilet".into()),
+            pod_logs_dir: self.pod_logs_dir.unwrap_or_else(|| "/var/log/pods".into()),
+            control_socket: self.control_socket.unwrap_or_else(|| "/run/crilet/crilet.sock".into()),
+            node_name,
+        })
+    }
+}
+
+struct Settings {
+    runtime_endpoint: String,
+    image_endpoint: String,
+    manifest_dir: PathBuf,
+    root_dir: PathBuf,
+    pod_logs_dir: PathBuf,
+    control_socket: PathBuf,
+    node_name: String,
+}
+
+/// The node's primary IPv4 address: the first non-loopback address of an interface that is up
+/// and is not a container bridge or veth.
+fn host_ip() -> Option<String> {
+    let addrs = nix::ifaddrs::getifaddrs().ok()?;
+    for a in addrs {
+        let name = a.interface_name.as_str();
+        if name == "lo" || name.starts_with("veth") || name.starts_with("cni") || name.starts_with("crilet") {
+            continue;
+        }
+        if !a.flags.contains(nix::net::if_::InterfaceFlags::IFF_UP) {
+            continue;
+        }
+        if let Some(sin) = a.address.as_ref().and_then(|s| s.as_sockaddr_in()) {
+            return Some(sin.ip().to_string());
+        }
+    }
+    None
+}
+
+/// Waits until the runtime answers `Version` and reports ready, saying clearly what is wrong.
+async fn wait_for_runtime(cri: &CriClient, endpoint: &str, cancel: &CancellationToken) -> Option<crilet::cri::RuntimeInfo> {
+    let mut delay = Duration::from_millis(500);
+    loop {
+        match cri.version().await {
+            Ok(v) => match cri.check_ready().await {
+                Ok(()) => {
+                    info!(runtime = %v.name, version = %v.version, api = %v.api_version, endpoint, "container runtime is ready");
+                    return Some(v);
+                }
+                Err(e) => warn!(error = %e, "container runtime is not ready yet; waiting"),
+            },
+            Err(e) => warn!(endpoint, error = %e, "container runtime is not reachable; waiting (is containerd running?)"),
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return None,
+            _ = tokio::time::sleep(delay) => {}
+        }
+        delay = (delay * 2).min(Duration::from_secs(5));
+    }
+}
+
+async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
+    let s = args.resolve()?;
+    let cancel = CancellationToken::new();
+    {
+        let cancel = cancel.clone();
+        tokio::spawn(async move {
+            use tokio::signal::unix::{SignalKind, signal};
+            let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+                return;
+            };
+            tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
+            info!("stopping the agent; containers keep running");
+            cancel.cancel();
+        });
+    }
+    std::fs::create_dir_all(&s.root_dir).with_context(|| format!("creating {}", s.root_dir.display()))?;
+    std::fs::create_dir_all(&s.pod_logs_dir).with_context(|| format!("creating {}", s.pod_logs_dir.display()))?;
+
+    let cri = CriClient::new(&s.runtime_endpoint, &s.image_endpoint).context("configuring the CRI client")?;
+    let Some(_runtime) = wait_for_runtime(&cri, &s.runtime_endpoint, &cancel).await else { return Ok(()) };
+
+    let host_dns = std::fs::read_to_string("/etc/resolv.conf").map(|t| HostDns::parse(&t)).unwrap_or_default();
+    let node = NodeConfig {
+        root_dir: s.root_dir.clone(),
+        pod_logs_dir: s.pod_logs_dir.clone(),
+        node_name: s.node_name.clone(),
+        host_ip: host_ip(),
+        host_dns,
+    };
+    let registry = Registry::default();
+    let ctx = PodContext::new(cri.clone(), node, registry.clone());
+    let _ = &s.control_socket;
+
+    let wakers = Wakers::default();
+    let pleg_task = tokio::spawn(pleg::run(cri.clone(), wakers.clone(), cancel.clone()));
+
+    let initial = source::load_dir(&s.manifest_dir, &s.node_name, &source::ManifestSet::default());
+    info!(dir = %s.manifest_dir.display(), pods = initial.pods.len(), "manifests loaded");
+    let mut sup = Supervisor::new(ctx, wakers, cancel.clone());
+    sup.apply(&initial);
+    sup.reap_orphans(&initial).await;
+    let manifests = source::watch_dir(s.manifest_dir.clone(), s.node_name.clone(), Duration::from_secs(20), cancel.clone());
+    sup.wait_first_syncs(Duration::from_secs(60)).await;
+    // Type=notify: ready once the first sync of every pod is done.
+    let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]);
+    info!("first sync done; agent ready");
+    sup.run(manifests).await;
+    let _ = pleg_task.await;
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,h2=warn,tower=warn,hyper=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Run(args) => run_agent(args).await,
+    };
+    if let Err(e) = result {
+        error!("{e:#}");
+        eprintln!("crilet: {e:#}");
+        std::process::exit(1);
+    }
+}

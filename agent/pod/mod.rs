@@ -9,3 +9,5 @@ pub mod hooks;
 pub mod context;
 pub mod start;
 pub mod terminate;
+pub mod worker;
+pub mod supervisor;

@@ -1,0 +1,200 @@
+//! Turns the manifest set into pod workers: starts a worker per new pod, hands changed specs to
+//! running workers, terminates pods whose manifest is gone or whose UID changed (the new UID
+//! starts only after the old one has finished, R3.6), and on start adopts what already runs and
+//! terminates pods that no manifest names any more.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use super::context::Shared;
+use super::worker::{Desire, run_worker};
+use crate::model::{DesiredPod, PodKey, keys};
+use crate::pleg::Wakers;
+use crate::source::ManifestSet;
+
+struct Running {
+    uid: String,
+    tx: watch::Sender<Desire>,
+}
+
+pub struct Supervisor {
+    ctx: Shared,
+    wakers: Wakers,
+    cancel: CancellationToken,
+    running: BTreeMap<PodKey, Running>,
+    /// Old UIDs still terminating: their pod, and the sender their worker listens on (dropping
+    /// it would end the worker before it has finished).
+    terminating: HashMap<String, (PodKey, watch::Sender<Desire>)>,
+    /// New pods waiting for an old UID of the same name to finish.
+    pending: BTreeMap<PodKey, DesiredPod>,
+    tasks: JoinSet<(PodKey, String)>,
+    first_syncs: Vec<oneshot::Receiver<()>>,
+}
+
+impl Supervisor {
+    pub fn new(ctx: Shared, wakers: Wakers, cancel: CancellationToken) -> Self {
+        Self {
+            ctx,
+            wakers,
+            cancel,
+            running: BTreeMap::new(),
+            terminating: HashMap::new(),
+            pending: BTreeMap::new(),
+            tasks: JoinSet::new(),
+            first_syncs: Vec::new(),
+        }
+    }
+
+    fn spawn(&mut self, d: DesiredPod, desire: Desire) -> watch::Sender<Desire> {
+        let (tx, rx) = watch::channel(desire);
+        let wake = self.wakers.register(&d.uid);
+        let (synced_tx, synced_rx) = oneshot::channel();
+        self.first_syncs.push(synced_rx);
+        let ctx = self.ctx.clone();
+        let cancel = self.cancel.child_token();
+        let key = d.key.clone();
+        let uid = d.uid.clone();
+        let wakers = self.wakers.clone();
+        self.tasks.spawn(async move {
+            run_worker(ctx, d, rx, wake, cancel, Some(synced_tx)).await;
+            wakers.unregister(&uid);
+            (key, uid)
+        });
+        tx
+    }
+
+    fn start(&mut self, d: DesiredPod) {
+        info!(pod = %d.key, uid = %d.uid, file = %d.file.display(), "starting pod worker");
+        let key = d.key.clone();
+        let uid = d.uid.clone();
+        let tx = self.spawn(d.clone(), Desire::Run(d));
+        self.running.insert(key, Running { uid, tx });
+    }
+
+    fn terminate(&mut self, key: &PodKey) {
+        if let Some(r) = self.running.remove(key) {
+            info!(pod = %key, uid = %r.uid, "terminating pod");
+            let _ = r.tx.send(Desire::Terminate { remove: true });
+            self.terminating.insert(r.uid, (key.clone(), r.tx));
+        }
+    }
+
+    /// Brings the workers in line with `set`.
+    pub fn apply(&mut self, set: &ManifestSet) {
+        let keys: Vec<PodKey> = self.running.keys().cloned().collect();
+        for key in keys {
+            if !set.pods.contains_key(&key) {
+                self.pending.remove(&key);
+                self.terminate(&key);
+            }
+        }
+        for (key, d) in &set.pods {
+            match self.running.get(key) {
+                Some(r) if r.uid == d.uid => {
+                    let same = matches!(&*r.tx.borrow(), Desire::Run(cur) if cur == d);
+                    if !same {
+                        info!(pod = %key, "manifest changed; updating the pod in place");
+                        let _ = r.tx.send(Desire::Run(d.clone()));
+                    }
+                }
+                Some(_) => {
+                    info!(pod = %key, uid = %d.uid, "manifest changed; replacing the pod (new UID)");
+                    self.terminate(key);
+                    self.pending.insert(key.clone(), d.clone());
+                }
+                None if self.terminating.values().any(|(k, _)| k == key) => {
+                    self.pending.insert(key.clone(), d.clone());
+                }
+                None => self.start(d.clone()),
+            }
+        }
+    }
+
+    /// Terminates pods the runtime runs for crilet that no manifest names (manifest removed while
+    /// the agent was down). Their spec comes from the sandbox annotation.
+    pub async fn reap_orphans(&mut self, set: &ManifestSet) {
+        let sandboxes = match self.ctx.cri.list_all(Some((keys::MANAGED_BY, "crilet"))).await {
+            Ok((s, _)) => s,
+            Err(e) => {
+                warn!(error = %e, "cannot list sandboxes to find orphaned pods");
+                return;
+            }
+        };
+        let wanted: Vec<&str> = set.pods.values().map(|d| d.uid.as_str()).collect();
+        let mut orphans: BTreeMap<String, DesiredPod> = BTreeMap::new();
+        for sb in sandboxes {
+            let Some(uid) = sb.labels.get(keys::POD_UID) else { continue };
+            if wanted.contains(&uid.as_str()) || orphans.contains_key(uid) || self.terminating.contains_key(uid) {
+                continue;
+            }
+            let key = PodKey::new(
+                sb.labels.get(keys::POD_NAMESPACE).cloned().unwrap_or_else(|| "default".into()),
+                sb.labels.get(keys::POD_NAME).cloned().unwrap_or_default(),
+            );
+            let pod: Pod = sb
+                .annotations
+                .get(keys::POD_SPEC)
+                .and_then(|j| serde_json::from_str(j).ok())
+                .unwrap_or_default();
+            let file = sb.annotations.get(keys::MANIFEST_FILE).map(PathBuf::from).unwrap_or_default();
+            orphans.insert(
+                uid.clone(),
+                DesiredPod { key, uid: uid.clone(), pod: Arc::new(pod), file, doc: 0, warnings: Vec::new() },
+            );
+        }
+        for (uid, d) in orphans {
+            info!(pod = %d.key, uid = %uid, "terminating pod whose manifest is gone");
+            let key = d.key.clone();
+            let tx = self.spawn(d, Desire::Terminate { remove: true });
+            self.terminating.insert(uid, (key, tx));
+        }
+    }
+
+    /// Waits until every worker started so far has finished its first sync (or `limit` passes).
+    pub async fn wait_first_syncs(&mut self, limit: Duration) {
+        let all = std::mem::take(&mut self.first_syncs);
+        let _ = tokio::time::timeout(limit, async {
+            for rx in all {
+                let _ = rx.await;
+            }
+        })
+        .await;
+    }
+
+    /// Runs until cancelled: applies manifest changes and starts pods that waited for an old UID.
+    pub async fn run(mut self, mut manifests: watch::Receiver<ManifestSet>) {
+        loop {
+            tokio::select! {
+                _ = self.cancel.cancelled() => break,
+                r = manifests.changed() => {
+                    if r.is_err() { break }
+                    let set = manifests.borrow_and_update().clone();
+                    self.apply(&set);
+                }
+                Some(done) = self.tasks.join_next(), if !self.tasks.is_empty() => {
+                    let Ok((key, uid)) = done else { continue };
+                    if self.terminating.remove(&uid).is_some() {
+                        let still = self.terminating.values().any(|(k, _)| k == &key);
+                        if !still {
+                            if let Some(d) = self.pending.remove(&key) {
+                                self.start(d);
+                            }
+                        }
+                    } else if self.running.get(&key).is_some_and(|r| r.uid == uid) {
+                        self.running.remove(&key);
+                    }
+                }
+            }
+        }
+        // The agent is stopping: workers end without touching containers.
+        while self.tasks.join_next().await.is_some() {}
+    }
+}
