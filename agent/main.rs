@@ -184,7 +184,7 @@ async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
     info!(dir = %s.manifest_dir.display(), pods = initial.pods.len(), "manifests loaded");
     let mut sup = Supervisor::new(ctx, wakers, cancel.clone());
     sup.apply(&initial);
-    sup.reap_orphans(&initial).await;
+    sup.reap_orphans(&initial, &s.manifest_dir).await;
     let manifests = source::watch_dir(s.manifest_dir.clone(), s.node_name.clone(), Duration::from_secs(20), cancel.clone());
     sup.wait_first_syncs(Duration::from_secs(60)).await;
     // Type=notify: ready once the first sync of every pod is done.

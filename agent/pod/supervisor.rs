@@ -120,7 +120,9 @@ impl Supervisor {
 
     /// Terminates pods the runtime runs for crilet that no manifest names (manifest removed while
     /// the agent was down). Their spec comes from the sandbox annotation.
-    pub async fn reap_orphans(&mut self, set: &ManifestSet) {
+    /// Only pods whose manifest lived in `manifest_dir` are this agent's to reap, so agents with
+    /// different manifest directories can share one runtime.
+    pub async fn reap_orphans(&mut self, set: &ManifestSet, manifest_dir: &std::path::Path) {
         let sandboxes = match self.ctx.cri.list_all(Some((keys::MANAGED_BY, "crilet"))).await {
             Ok((s, _)) => s,
             Err(e) => {
@@ -145,6 +147,9 @@ impl Supervisor {
                 .and_then(|j| serde_json::from_str(j).ok())
                 .unwrap_or_default();
             let file = sb.annotations.get(keys::MANIFEST_FILE).map(PathBuf::from).unwrap_or_default();
+            if !file.starts_with(manifest_dir) {
+                continue;
+            }
             orphans.insert(
                 uid.clone(),
                 DesiredPod { key, uid: uid.clone(), pod: Arc::new(pod), file, doc: 0, warnings: Vec::new() },

@@ -1,0 +1,260 @@
+//! Harness for the integration tests: the containerd, registry and images that `hack/setup.sh`
+//! prepared, one crilet agent process per test (own manifest dir, root dir, logs dir and control
+//! socket; pods in a namespace of the test's own), and waits on observable state with deadlines.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crilet::cri::CriClient;
+use crilet::model::keys;
+use serde_json::Value;
+
+const ENV_FILE: &str = "/run/crilet-dev/env";
+
+/// The test environment written by `hack/setup.sh`.
+pub struct Env {
+    pub vars: HashMap<String, String>,
+}
+
+impl Env {
+    pub fn load() -> Env {
+        let text = std::fs::read_to_string(ENV_FILE).unwrap_or_else(|e| {
+            panic!("{ENV_FILE} is missing ({e}): run `hack/setup.sh` first (or the whole suite with `hack/test.sh`)")
+        });
+        let vars = text
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.trim().to_string(), v.trim().trim_matches('"').to_string()))
+            .collect();
+        Env { vars }
+    }
+
+    pub fn get(&self, k: &str) -> String {
+        self.vars.get(k).cloned().unwrap_or_else(|| panic!("{k} missing from {ENV_FILE}"))
+    }
+
+    pub fn endpoint(&self) -> String {
+        self.get("CRILET_CONTAINERD_ENDPOINT")
+    }
+
+    pub fn cri(&self) -> CriClient {
+        let e = self.endpoint();
+        CriClient::new(&e, &e).expect("CRI client")
+    }
+
+    /// Replaces `${CRILET_…}` placeholders with the environment's values.
+    pub fn render(&self, text: &str) -> String {
+        let mut out = text.to_string();
+        for (k, v) in &self.vars {
+            out = out.replace(&format!("${{{k}}}"), v);
+        }
+        out
+    }
+}
+
+/// One agent process and its directories.
+pub struct Agent {
+    pub name: String,
+    pub env: Env,
+    pub dir: PathBuf,
+    pub manifests: PathBuf,
+    pub root: PathBuf,
+    pub logs: PathBuf,
+    pub socket: PathBuf,
+    pub log_file: PathBuf,
+    child: Option<Child>,
+}
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_crilet")
+}
+
+impl Agent {
+    /// A fresh agent for test `name` (directories wiped first, pods of an earlier run removed).
+    pub async fn start(name: &str) -> Agent {
+        let env = Env::load();
+        let dir = PathBuf::from("/var/lib/crilet-dev/tests").join(name);
+        let a = Agent {
+            name: name.to_string(),
+            manifests: dir.join("manifests"),
+            root: dir.join("root"),
+            logs: dir.join("pod-logs"),
+            socket: PathBuf::from("/run/crilet-dev/tests").join(format!("{name}.sock")),
+            log_file: dir.join("crilet.log"),
+            dir,
+            env,
+            child: None,
+        };
+        remove_pods_of(&a.env.cri(), &a.manifests).await;
+        let _ = std::fs::remove_dir_all(&a.dir);
+        for d in [&a.manifests, &a.root, &a.logs] {
+            std::fs::create_dir_all(d).expect("mkdir");
+            std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        }
+        let mut a = a;
+        a.spawn();
+        a
+    }
+
+    /// Starts the agent process (again).
+    pub fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log_file).expect("log file");
+        let child = Command::new(bin())
+            .args(["run", "--container-runtime-endpoint", &self.env.endpoint()])
+            .arg("--pod-manifest-path")
+            .arg(&self.manifests)
+            .arg("--root-dir")
+            .arg(&self.root)
+            .arg("--pod-logs-dir")
+            .arg(&self.logs)
+            .arg("--control-socket")
+            .arg(&self.socket)
+            .args(["--node-name", "crilet-test-node"])
+            .env("RUST_LOG", "info,crilet=debug,h2=warn,tower=warn,hyper=warn")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn crilet");
+        self.child = Some(child);
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// SIGKILLs the agent (containers keep running).
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERMs the agent and waits for it to exit.
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(c.id() as i32), nix::sys::signal::Signal::SIGTERM);
+            let _ = c.wait();
+        }
+    }
+
+    /// Writes a manifest (placeholders rendered), mode 0644.
+    pub fn write_manifest(&self, file: &str, yaml: &str) {
+        let path = self.manifests.join(file);
+        let tmp = self.manifests.join(format!(".{file}.tmp"));
+        std::fs::write(&tmp, self.env.render(yaml)).expect("write manifest");
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        std::fs::rename(&tmp, &path).expect("rename manifest");
+    }
+
+    pub fn remove_manifest(&self, file: &str) {
+        std::fs::remove_file(self.manifests.join(file)).expect("remove manifest");
+    }
+
+    /// Runs `crilet ARGS --control-socket SOCK`; returns (status ok, stdout, stderr).
+    pub fn cli(&self, args: &[&str]) -> (bool, String, String) {
+        let out = Command::new(bin())
+            .args(args)
+            .arg("--control-socket")
+            .arg(&self.socket)
+            .output()
+            .expect("run crilet cli");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    }
+
+    /// `crilet get pods -A -o json` items, or None while the agent does not answer.
+    pub fn pods(&self) -> Option<Vec<Value>> {
+        let (ok, out, _) = self.cli(&["get", "pods", "-A", "-o", "json"]);
+        if !ok {
+            return None;
+        }
+        let v: Value = serde_json::from_str(&out).ok()?;
+        v.get("items")?.as_array().cloned()
+    }
+
+    /// One pod's JSON by name (any namespace).
+    pub fn pod(&self, name: &str) -> Option<Value> {
+        self.pods()?.into_iter().find(|p| p["metadata"]["name"] == name)
+    }
+
+    /// The agent's log so far (for assertion messages).
+    pub fn log(&self) -> String {
+        let text = std::fs::read_to_string(&self.log_file).unwrap_or_default();
+        let start = text.len().saturating_sub(6000);
+        text[text.char_indices().map(|(i, _)| i).find(|i| *i >= start).unwrap_or(0)..].to_string()
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Stops and removes every sandbox (with its containers) whose manifest lived in `dir`.
+pub async fn remove_pods_of(cri: &CriClient, dir: &Path) {
+    let Ok((sandboxes, _)) = cri.list_all(Some((keys::MANAGED_BY, "crilet"))).await else { return };
+    for sb in sandboxes {
+        let file = sb.annotations.get(keys::MANIFEST_FILE).map(PathBuf::from).unwrap_or_default();
+        if file.starts_with(dir) {
+            let _ = cri.stop_sandbox(&sb.id).await;
+            let _ = cri.remove_sandbox(&sb.id).await;
+        }
+    }
+}
+
+/// Polls `f` every 200 ms until it returns Some, or panics with `what` after `limit`.
+pub async fn wait_for<T, F, Fut>(what: &str, limit: Duration, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        if start.elapsed() > limit {
+            panic!("timed out after {limit:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The pod's status.phase.
+pub fn phase(p: &Value) -> &str {
+    p["status"]["phase"].as_str().unwrap_or("")
+}
+
+/// A container status (init or app) by name.
+pub fn cstatus<'a>(p: &'a Value, name: &str) -> Option<&'a Value> {
+    ["containerStatuses", "initContainerStatuses"]
+        .iter()
+        .filter_map(|k| p["status"][k].as_array())
+        .flatten()
+        .find(|c| c["name"] == name)
+}
+
+/// The condition's status ("True"/"False") by type.
+pub fn condition<'a>(p: &'a Value, t: &str) -> Option<&'a str> {
+    p["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == t)?["status"].as_str()
+}
+
+/// Is the named container running?
+pub fn running(p: &Value, name: &str) -> bool {
+    cstatus(p, name).is_some_and(|c| c["state"]["running"].is_object())
+}
+
+/// The container ID without the `containerd://` prefix.
+pub fn container_id(p: &Value, name: &str) -> Option<String> {
+    cstatus(p, name)?["containerID"].as_str().map(|s| s.trim_start_matches("containerd://").to_string())
+}

@@ -1,0 +1,213 @@
+//! Step 1 against the real containerd: start, labels and logs, the JSON API, removal, bad
+//! manifests, agent restarts and containerd restarts.
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use common::*;
+use crilet::model::{ContainerState, keys};
+
+const TWO: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: two
+  namespace: NS
+  labels: {app: two}
+spec:
+  terminationGracePeriodSeconds: 5
+  volumes: [{name: data, emptyDir: {}}]
+  containers:
+  - name: main
+    image: ${CRILET_IMAGE_BUSYBOX}
+    command: [sh, -c, 'trap "exit 0" TERM; echo hello from $(POD_NAME) in $POD_NS; while true; do sleep 1; done']
+    env:
+    - {name: POD_NAME, valueFrom: {fieldRef: {fieldPath: metadata.name}}}
+    - {name: POD_NS, valueFrom: {fieldRef: {fieldPath: metadata.namespace}}}
+    volumeMounts: [{name: data, mountPath: /data}]
+  - name: helper
+    image: ${CRILET_IMAGE_BUSYBOX}
+    command: [sh, -c, 'trap "exit 0" TERM; while true; do sleep 1; done']
+"#;
+
+fn two(ns: &str) -> String {
+    TWO.replace("NS", ns)
+}
+
+async fn running_pod(a: &Agent, name: &str) -> serde_json::Value {
+    wait_for(&format!("pod {name} running and ready"), Duration::from_secs(90), || async {
+        let p = a.pod(name)?;
+        (phase(&p) == "Running" && condition(&p, "Ready") == Some("True")).then_some(p)
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_container_pod_runs_with_kubelet_labels_and_logs() {
+    let a = Agent::start("basic").await;
+    a.write_manifest("two.yaml", &two("t-basic"));
+    let p = running_pod(&a, "two").await;
+    let uid = p["metadata"]["uid"].as_str().expect("uid").to_string();
+    let cri = a.env.cri();
+    let observed = cri.observe(&uid).await.expect("observe");
+    assert_eq!(observed.sandboxes.len(), 1, "one sandbox");
+    let sb = &observed.sandboxes[0];
+    assert_eq!(sb.attempt, 0);
+    assert_eq!(sb.labels.get(keys::POD_NAME).map(String::as_str), Some("two"));
+    assert_eq!(sb.labels.get(keys::POD_NAMESPACE).map(String::as_str), Some("t-basic"));
+    assert_eq!(sb.labels.get(keys::POD_UID), Some(&uid));
+    assert_eq!(sb.labels.get("app").map(String::as_str), Some("two"), "pod labels copied to the sandbox");
+    assert_eq!(observed.containers.len(), 2);
+    for c in &observed.containers {
+        assert_eq!(c.state, ContainerState::Running, "{}", c.name);
+        let want: HashMap<&str, String> = HashMap::from([
+            (keys::POD_NAME, "two".to_string()),
+            (keys::POD_NAMESPACE, "t-basic".to_string()),
+            (keys::POD_UID, uid.clone()),
+            (keys::CONTAINER_NAME, c.name.clone()),
+        ]);
+        let status = cri.container_status(&c.id, &c.sandbox_id).await.expect("status");
+        assert_eq!(status.restart_count, 0);
+        assert!(!status.hash.is_empty(), "hash annotation");
+        assert_eq!(c.annotations.get(keys::CONTAINER_RESTART_COUNT).map(String::as_str), Some("0"));
+        let _ = want;
+        let log = a.logs.join(format!("t-basic_two_{uid}")).join(&c.name).join("0.log");
+        assert_eq!(c.log_path, log.display().to_string(), "log path in the kubelet layout");
+    }
+    // Exactly the four kubelet labels on containers (R1.10).
+    let (_, list) = cri.list_all(Some((keys::POD_UID, &uid))).await.expect("list");
+    for c in list {
+        let mut got: Vec<&str> = c.labels.keys().map(String::as_str).collect();
+        got.sort();
+        assert_eq!(got, vec![keys::CONTAINER_NAME, keys::POD_NAME, keys::POD_NAMESPACE, keys::POD_UID]);
+    }
+    // The log file carries the container's output, in CRI format, with downward-API env expanded.
+    let log = a.logs.join(format!("t-basic_two_{uid}/main/0.log"));
+    let text = wait_for("main's log line", Duration::from_secs(20), || async {
+        let t = std::fs::read_to_string(&log).ok()?;
+        t.contains("hello from two in t-basic").then_some(t)
+    })
+    .await;
+    let first = text.lines().next().expect("a line");
+    let parts: Vec<&str> = first.splitn(4, ' ').collect();
+    assert_eq!(parts.len(), 4, "CRI log line: {first}");
+    assert_eq!(parts[1], "stdout");
+    assert_eq!(parts[2], "F");
+    // crilet logs reads the same file.
+    let (ok, out, err) = a.cli(&["logs", "two", "-n", "t-basic", "-c", "main"]);
+    assert!(ok, "crilet logs failed: {err}");
+    assert!(out.contains("hello from two in t-basic"), "logs output: {out}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn get_pods_json_matches_cri() {
+    let a = Agent::start("json").await;
+    a.write_manifest("two.yaml", &two("t-json"));
+    let p = running_pod(&a, "two").await;
+    let uid = p["metadata"]["uid"].as_str().expect("uid").to_string();
+    let observed = a.env.cri().observe(&uid).await.expect("observe");
+    let sb = &observed.sandboxes[0];
+    assert_eq!(p["status"]["podIP"].as_str(), sb.ips.first().map(String::as_str), "podIP from the sandbox");
+    assert!(p["status"]["podIP"].as_str().is_some_and(|ip| ip.starts_with("10.88.77.")), "pod IP in the CNI range");
+    for c in &observed.containers {
+        let s = cstatus(&p, &c.name).expect("container status");
+        assert_eq!(s["containerID"].as_str(), Some(format!("containerd://{}", c.id).as_str()));
+        assert_eq!(s["imageID"].as_str(), Some(c.image_ref.as_str()));
+        assert_eq!(s["restartCount"].as_u64(), Some(u64::from(c.restart_count)));
+        assert_eq!(s["ready"].as_bool(), Some(true));
+        assert_eq!(s["started"].as_bool(), Some(true));
+        let started = s["state"]["running"]["startedAt"].as_str().expect("startedAt");
+        let t: jiff::Timestamp = started.parse().expect("RFC 3339 time");
+        assert_eq!(t.as_second(), c.started_at / 1_000_000_000, "startedAt from CRI");
+    }
+    for t in ["PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready", "PodScheduled"] {
+        assert_eq!(condition(&p, t), Some("True"), "condition {t}");
+    }
+    let (ok, table, _) = a.cli(&["get", "pods", "-n", "t-json"]);
+    assert!(ok);
+    let header: Vec<&str> = table.lines().next().unwrap_or("").split_whitespace().collect();
+    assert_eq!(header, vec!["NAME", "READY", "STATUS", "RESTARTS", "AGE"]);
+    let row: Vec<&str> = table.lines().nth(1).unwrap_or("").split_whitespace().collect();
+    assert_eq!(&row[..4], &["two", "2/2", "Running", "0"], "table: {table}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn removing_the_manifest_leaves_nothing_behind() {
+    let a = Agent::start("remove").await;
+    a.write_manifest("two.yaml", &two("t-remove"));
+    let p = running_pod(&a, "two").await;
+    let uid = p["metadata"]["uid"].as_str().expect("uid").to_string();
+    let empty_dir = a.root.join("pods").join(&uid);
+    assert!(empty_dir.exists(), "pod dir exists while running");
+    a.remove_manifest("two.yaml");
+    let cri = a.env.cri();
+    wait_for("sandbox and containers removed", Duration::from_secs(30), || async {
+        let (s, c) = cri.list_all(Some((keys::POD_UID, &uid))).await.ok()?;
+        (s.is_empty() && c.is_empty()).then_some(())
+    })
+    .await;
+    assert!(!empty_dir.exists(), "emptyDir removed");
+    wait_for("pod gone from the API", Duration::from_secs(10), || async {
+        a.pods().filter(|p| p.is_empty()).map(|_| ())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn malformed_manifest_beside_a_good_one() {
+    let a = Agent::start("malformed").await;
+    a.write_manifest("bad.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: Bad_Name}\nspec:\n  containers: [{name: c, image: x}]\n");
+    a.write_manifest("broken.yaml", "apiVersion: v1\nkind: Pod\nmetadata: [unclosed\n");
+    a.write_manifest("two.yaml", &two("t-malformed"));
+    let p = running_pod(&a, "two").await;
+    let uid = p["metadata"]["uid"].as_str().expect("uid").to_string();
+    let pods = a.pods().expect("pods");
+    assert_eq!(pods.len(), 1, "only the good pod runs");
+    // The agent says what is wrong, naming file and field.
+    let log = wait_for("errors reported", Duration::from_secs(10), || async {
+        let l = a.log();
+        (l.contains("bad.yaml") && l.contains("broken.yaml")).then_some(l)
+    })
+    .await;
+    assert!(log.contains("metadata.name"), "names the field: {log}");
+    // A bad edit of the good file leaves the running pod alone.
+    let ids: Vec<String> = ["main", "helper"].iter().filter_map(|c| container_id(&p, c)).collect();
+    a.write_manifest("two.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: two, namespace: t-malformed}\nspec: {containers: []}\n");
+    wait_for("the bad edit reported", Duration::from_secs(10), || async {
+        a.log().contains("spec.containers").then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let p2 = a.pod("two").expect("pod still there");
+    assert_eq!(p2["metadata"]["uid"].as_str(), Some(uid.as_str()));
+    let ids2: Vec<String> = ["main", "helper"].iter().filter_map(|c| container_id(&p2, c)).collect();
+    assert_eq!(ids, ids2, "containers untouched by a bad edit");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn agent_sigkill_and_restart_keeps_every_container() {
+    let mut a = Agent::start("restart").await;
+    a.write_manifest("two.yaml", &two("t-restart"));
+    let p = running_pod(&a, "two").await;
+    let uid = p["metadata"]["uid"].as_str().expect("uid").to_string();
+    let cri = a.env.cri();
+    let before = cri.observe(&uid).await.expect("observe");
+    a.kill();
+    a.spawn();
+    let p2 = running_pod(&a, "two").await;
+    assert_eq!(p2["metadata"]["uid"].as_str(), Some(uid.as_str()));
+    // Give the new agent a few syncs to do anything wrong.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let after = cri.observe(&uid).await.expect("observe");
+    let ids = |o: &crilet::model::ObservedPod| {
+        let mut v: Vec<String> = o.containers.iter().map(|c| c.id.clone()).collect();
+        v.sort();
+        v
+    };
+    assert_eq!(ids(&before), ids(&after), "same containers after the agent restart\n{}", a.log());
+    assert_eq!(before.sandboxes[0].id, after.sandboxes[0].id, "same sandbox");
+    assert!(after.containers.iter().all(|c| c.state == ContainerState::Running));
+}
+
