@@ -58,17 +58,39 @@ pub async fn http_get(req: &HttpRequest) -> Result<HttpResponse, HttpError> {
 
 async fn send(req: &HttpRequest, url: &str) -> Result<HttpResponse, HttpError> {
     let fail = |reason: String| HttpError::Failed { url: url.to_string(), reason };
-    if req.https {
-        return Err(fail("https is not supported yet".into()));
-    }
-    let addr = if req.host.contains(':') { format!("[{}]:{}", req.host, req.port) } else { format!("{}:{}", req.host, req.port) };
+    let addr = if req.host.contains(':') {
+        format!("[{}]:{}", req.host, req.port)
+    } else {
+        format!("{}:{}", req.host, req.port)
+    };
     let stream = TcpStream::connect(&addr).await.map_err(|e| fail(format!("dial tcp {addr}: {e}")))?;
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(|e| fail(e.to_string()))?;
-    let conn_task = tokio::spawn(async move {
-        let _ = conn.await;
-    });
+    let (mut sender, conn_task) = if req.https {
+        let server_name = rustls::pki_types::ServerName::try_from(req.host.clone())
+            .map_err(|e| fail(format!("bad host name: {e}")))?;
+        let tls = tokio_rustls::TlsConnector::from(insecure_tls_config())
+            .connect(server_name, stream)
+            .await
+            .map_err(|e| fail(format!("tls: {e}")))?;
+        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+            .await
+            .map_err(|e| fail(e.to_string()))?;
+        (
+            sender,
+            tokio::spawn(async move {
+                let _ = conn.await;
+            }),
+        )
+    } else {
+        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| fail(e.to_string()))?;
+        (
+            sender,
+            tokio::spawn(async move {
+                let _ = conn.await;
+            }),
+        )
+    };
     let path = if req.path.starts_with('/') { req.path.clone() } else { format!("/{}", req.path) };
     let mut builder = http::Request::get(path).header(http::header::CONNECTION, "close");
     let has = |name: &str| req.headers.iter().any(|(k, _)| k.eq_ignore_ascii_case(name));
@@ -94,11 +116,8 @@ async fn send(req: &HttpRequest, url: &str) -> Result<HttpResponse, HttpError> {
     let request = builder.body(Empty::<Bytes>::new()).map_err(|e| fail(e.to_string()))?;
     let resp = sender.send_request(request).await.map_err(|e| fail(e.to_string()))?;
     let status = resp.status().as_u16();
-    let location = resp
-        .headers()
-        .get(http::header::LOCATION)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
+    let location =
+        resp.headers().get(http::header::LOCATION).and_then(|v| v.to_str().ok()).map(str::to_string);
     let mut body = Vec::new();
     let mut incoming = resp.into_body();
     while body.len() < MAX_BODY {
@@ -114,4 +133,63 @@ async fn send(req: &HttpRequest, url: &str) -> Result<HttpResponse, HttpError> {
     body.truncate(MAX_BODY);
     conn_task.abort();
     Ok(HttpResponse { status, location, body })
+}
+
+/// A TLS client config that accepts any server certificate, as the kubelet's prober does
+/// (`InsecureSkipVerify`).
+fn insecure_tls_config() -> std::sync::Arc<rustls::ClientConfig> {
+    static CONFIG: std::sync::OnceLock<std::sync::Arc<rustls::ClientConfig>> = std::sync::OnceLock::new();
+    CONFIG
+        .get_or_init(|| {
+            let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+            let verifier = std::sync::Arc::new(AcceptAnyCert(provider.clone()));
+            let config = rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .map(|b| b.dangerous().with_custom_certificate_verifier(verifier).with_no_client_auth());
+            // The ring provider supports the default versions; fall back to an empty root store.
+            std::sync::Arc::new(config.unwrap_or_else(|_| {
+                rustls::ClientConfig::builder()
+                    .with_root_certificates(rustls::RootCertStore::empty())
+                    .with_no_client_auth()
+            }))
+        })
+        .clone()
+}
+
+#[derive(Debug)]
+struct AcceptAnyCert(std::sync::Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AcceptAnyCert {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &rustls::pki_types::CertificateDer<'_>,
+        _intermediates: &[rustls::pki_types::CertificateDer<'_>],
+        _server_name: &rustls::pki_types::ServerName<'_>,
+        _ocsp: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
 }

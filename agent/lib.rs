@@ -5,6 +5,7 @@ pub mod cri;
 pub mod model;
 pub mod pleg;
 pub mod pod;
+pub mod probe;
 pub mod registry;
 pub mod source;
 pub mod status;

@@ -18,7 +18,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 #[derive(Parser)]
-#[command(name = "crilet", version, about = "A kubelet-faithful node agent for static pods on containerd (CRI)")]
+#[command(
+    name = "crilet",
+    version,
+    about = "A kubelet-faithful node agent for static pods on containerd (CRI)"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -65,10 +69,12 @@ impl RunArgs {
     /// Flags over the config file over the defaults.
     fn resolve(mut self) -> anyhow::Result<Settings> {
         if let Some(path) = self.config.clone() {
-            let text = std::fs::read_to_string(&path).with_context(|| format!("reading config {}", path.display()))?;
-            let file: RunArgs =
-                serde_yaml_ng::from_str(&text).with_context(|| format!("parsing config {}", path.display()))?;
-            self.container_runtime_endpoint = self.container_runtime_endpoint.or(file.container_runtime_endpoint);
+            let text = std::fs::read_to_string(&path)
+                .with_context(|| format!("reading config {}", path.display()))?;
+            let file: RunArgs = serde_yaml_ng::from_str(&text)
+                .with_context(|| format!("parsing config {}", path.display()))?;
+            self.container_runtime_endpoint =
+                self.container_runtime_endpoint.or(file.container_runtime_endpoint);
             self.image_service_endpoint = self.image_service_endpoint.or(file.image_service_endpoint);
             self.pod_manifest_path = self.pod_manifest_path.or(file.pod_manifest_path);
             self.root_dir = self.root_dir.or(file.root_dir);
@@ -76,7 +82,9 @@ impl RunArgs {
             self.control_socket = self.control_socket.or(file.control_socket);
             self.node_name = self.node_name.or(file.node_name);
         }
-        let runtime = self.container_runtime_endpoint.unwrap_or_else(|| "unix:///run/containerd/containerd.sock".into());
+        let runtime = self
+            .container_runtime_endpoint
+            .unwrap_or_else(|| "unix:///run/containerd/containerd.sock".into());
         let node_name = match self.node_name {
             Some(n) => n,
             None => hostname::get()?.to_string_lossy().to_lowercase(),
@@ -123,7 +131,11 @@ fn host_ip() -> Option<String> {
 }
 
 /// Waits until the runtime answers `Version` and reports ready, saying clearly what is wrong.
-async fn wait_for_runtime(cri: &CriClient, endpoint: &str, cancel: &CancellationToken) -> Option<crilet::cri::RuntimeInfo> {
+async fn wait_for_runtime(
+    cri: &CriClient,
+    endpoint: &str,
+    cancel: &CancellationToken,
+) -> Option<crilet::cri::RuntimeInfo> {
     let mut delay = Duration::from_millis(500);
     loop {
         match cri.version().await {
@@ -134,7 +146,9 @@ async fn wait_for_runtime(cri: &CriClient, endpoint: &str, cancel: &Cancellation
                 }
                 Err(e) => warn!(error = %e, "container runtime is not ready yet; waiting"),
             },
-            Err(e) => warn!(endpoint, error = %e, "container runtime is not reachable; waiting (is containerd running?)"),
+            Err(e) => {
+                warn!(endpoint, error = %e, "container runtime is not reachable; waiting (is containerd running?)")
+            }
         }
         tokio::select! {
             _ = cancel.cancelled() => return None,
@@ -151,7 +165,9 @@ async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
         let cancel = cancel.clone();
         tokio::spawn(async move {
             use tokio::signal::unix::{SignalKind, signal};
-            let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+            let (Ok(mut term), Ok(mut int)) =
+                (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
+            else {
                 return;
             };
             tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
@@ -160,12 +176,14 @@ async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
         });
     }
     std::fs::create_dir_all(&s.root_dir).with_context(|| format!("creating {}", s.root_dir.display()))?;
-    std::fs::create_dir_all(&s.pod_logs_dir).with_context(|| format!("creating {}", s.pod_logs_dir.display()))?;
+    std::fs::create_dir_all(&s.pod_logs_dir)
+        .with_context(|| format!("creating {}", s.pod_logs_dir.display()))?;
 
     let cri = CriClient::new(&s.runtime_endpoint, &s.image_endpoint).context("configuring the CRI client")?;
     let Some(_runtime) = wait_for_runtime(&cri, &s.runtime_endpoint, &cancel).await else { return Ok(()) };
 
-    let host_dns = std::fs::read_to_string("/etc/resolv.conf").map(|t| HostDns::parse(&t)).unwrap_or_default();
+    let host_dns =
+        std::fs::read_to_string("/etc/resolv.conf").map(|t| HostDns::parse(&t)).unwrap_or_default();
     let node = NodeConfig {
         root_dir: s.root_dir.clone(),
         pod_logs_dir: s.pod_logs_dir.clone(),
@@ -185,7 +203,12 @@ async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
     let mut sup = Supervisor::new(ctx, wakers, cancel.clone());
     sup.apply(&initial);
     sup.reap_orphans(&initial, &s.manifest_dir).await;
-    let manifests = source::watch_dir(s.manifest_dir.clone(), s.node_name.clone(), Duration::from_secs(20), cancel.clone());
+    let manifests = source::watch_dir(
+        s.manifest_dir.clone(),
+        s.node_name.clone(),
+        Duration::from_secs(20),
+        cancel.clone(),
+    );
     sup.wait_first_syncs(Duration::from_secs(60)).await;
     // Type=notify: ready once the first sync of every pod is done.
     let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]);
@@ -199,7 +222,8 @@ async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
 async fn main() {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,h2=warn,tower=warn,hyper=warn".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,h2=warn,tower=warn,hyper=warn".into()),
         )
         .with_writer(std::io::stderr)
         .init();

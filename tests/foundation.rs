@@ -110,7 +110,10 @@ async fn get_pods_json_matches_cri() {
     let observed = a.env.cri().observe(&uid).await.expect("observe");
     let sb = &observed.sandboxes[0];
     assert_eq!(p["status"]["podIP"].as_str(), sb.ips.first().map(String::as_str), "podIP from the sandbox");
-    assert!(p["status"]["podIP"].as_str().is_some_and(|ip| ip.starts_with("10.88.77.")), "pod IP in the CNI range");
+    assert!(
+        p["status"]["podIP"].as_str().is_some_and(|ip| ip.starts_with("10.88.77.")),
+        "pod IP in the CNI range"
+    );
     for c in &observed.containers {
         let s = cstatus(&p, &c.name).expect("container status");
         assert_eq!(s["containerID"].as_str(), Some(format!("containerd://{}", c.id).as_str()));
@@ -158,7 +161,10 @@ async fn removing_the_manifest_leaves_nothing_behind() {
 #[tokio::test(flavor = "multi_thread")]
 async fn malformed_manifest_beside_a_good_one() {
     let a = Agent::start("malformed").await;
-    a.write_manifest("bad.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: Bad_Name}\nspec:\n  containers: [{name: c, image: x}]\n");
+    a.write_manifest(
+        "bad.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: Bad_Name}\nspec:\n  containers: [{name: c, image: x}]\n",
+    );
     a.write_manifest("broken.yaml", "apiVersion: v1\nkind: Pod\nmetadata: [unclosed\n");
     a.write_manifest("two.yaml", &two("t-malformed"));
     let p = running_pod(&a, "two").await;
@@ -174,7 +180,10 @@ async fn malformed_manifest_beside_a_good_one() {
     assert!(log.contains("metadata.name"), "names the field: {log}");
     // A bad edit of the good file leaves the running pod alone.
     let ids: Vec<String> = ["main", "helper"].iter().filter_map(|c| container_id(&p, c)).collect();
-    a.write_manifest("two.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: two, namespace: t-malformed}\nspec: {containers: []}\n");
+    a.write_manifest(
+        "two.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: two, namespace: t-malformed}\nspec: {containers: []}\n",
+    );
     wait_for("the bad edit reported", Duration::from_secs(10), || async {
         a.log().contains("spec.containers").then_some(())
     })
@@ -210,4 +219,3 @@ async fn agent_sigkill_and_restart_keeps_every_container() {
     assert_eq!(before.sandboxes[0].id, after.sandboxes[0].id, "same sandbox");
     assert!(after.containers.iter().all(|c| c.state == ContainerState::Running));
 }
-

@@ -35,8 +35,10 @@ pub async fn run_handler(
         return Ok(());
     }
     if let Some(get) = &handler.http_get {
-        let host = get.host.clone().or_else(|| pod_ip.map(str::to_string)).unwrap_or_else(|| "127.0.0.1".into());
-        let port = resolve_port(&get.port, spec).ok_or_else(|| format!("cannot resolve port {:?}", get.port))?;
+        let host =
+            get.host.clone().or_else(|| pod_ip.map(str::to_string)).unwrap_or_else(|| "127.0.0.1".into());
+        let port =
+            resolve_port(&get.port, spec).ok_or_else(|| format!("cannot resolve port {:?}", get.port))?;
         let req = HttpRequest {
             https: get.scheme.as_deref().is_some_and(|s| s.eq_ignore_ascii_case("https")),
             host,

@@ -1,13 +1,13 @@
 //! Pods: the per-pod worker, its pure planner, and the executor that applies plans through CRI.
 pub mod backoff;
+pub mod context;
 pub mod expand;
 pub mod hash;
+pub mod hooks;
 pub mod plan;
 pub mod quantity;
 pub mod spec;
-pub mod hooks;
-pub mod context;
 pub mod start;
+pub mod supervisor;
 pub mod terminate;
 pub mod worker;
-pub mod supervisor;

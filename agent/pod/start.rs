@@ -24,9 +24,14 @@ fn err(reason: &str, message: impl Into<String>) -> StartError {
 
 /// Creates the sandbox (R1.1): log directory first, then `RunPodSandbox`, then its status for
 /// the pod IPs. Returns (sandbox ID, pod IPs).
-pub async fn create_sandbox(ctx: &Shared, d: &DesiredPod, attempt: u32) -> Result<(String, Vec<String>), StartError> {
+pub async fn create_sandbox(
+    ctx: &Shared,
+    d: &DesiredPod,
+    attempt: u32,
+) -> Result<(String, Vec<String>), StartError> {
     let log_dir = pod_log_dir(&ctx.node, d);
-    mkdir(&log_dir, 0o755).map_err(|e| err("CreatePodSandboxError", format!("creating {}: {e}", log_dir.display())))?;
+    mkdir(&log_dir, 0o755)
+        .map_err(|e| err("CreatePodSandboxError", format!("creating {}: {e}", log_dir.display())))?;
     mkdir(&pod_dir(&ctx.node, &d.uid), 0o750)
         .map_err(|e| err("CreatePodSandboxError", format!("creating pod directory: {e}")))?;
     let config = sandbox_config(&ctx.node, d, attempt);
@@ -61,7 +66,8 @@ pub fn crash_backoff_wait(
     observed: &ObservedPod,
     now: i64,
 ) -> Option<(StartError, i64)> {
-    let exited = observed.containers.iter().find(|o| o.name == c.name && o.state == ContainerState::Exited)?;
+    let exited =
+        observed.containers.iter().find(|o| o.name == c.name && o.state == ContainerState::Exited)?;
     let key = backoff_key(c);
     let until = backoff.backoff_until(&key, exited.finished_at, now)?;
     let delay = backoff.delay(&key).unwrap_or_default();
@@ -99,7 +105,12 @@ pub struct StartRequest<'a> {
 }
 
 /// Ensures the image per `imagePullPolicy` (R11.2, R7.11); returns the runtime's image ID.
-pub async fn ensure_image(ctx: &Shared, d: &DesiredPod, c: &Container, sandbox_config: &api::PodSandboxConfig) -> Result<String, StartError> {
+pub async fn ensure_image(
+    ctx: &Shared,
+    d: &DesiredPod,
+    c: &Container,
+    sandbox_config: &api::PodSandboxConfig,
+) -> Result<String, StartError> {
     let image = c.image.clone().unwrap_or_default();
     if image.is_empty() {
         return Err(err("InvalidImageName", "container image is empty"));
@@ -113,7 +124,12 @@ pub async fn ensure_image(ctx: &Shared, d: &DesiredPod, c: &Container, sandbox_c
     let name = Some(c.name.as_str());
     match (policy, present) {
         ("Never", Some(img)) | ("IfNotPresent", Some(img)) => {
-            ctx.normal(&d.key, name, "Pulled", format!("Container image \"{image}\" already present on machine"));
+            ctx.normal(
+                &d.key,
+                name,
+                "Pulled",
+                format!("Container image \"{image}\" already present on machine"),
+            );
             return Ok(img.id);
         }
         ("Never", None) => {
@@ -174,13 +190,18 @@ pub async fn ensure_image(ctx: &Shared, d: &DesiredPod, c: &Container, sandbox_c
 fn next_restart_count(ctx: &Shared, req: &StartRequest<'_>) -> u32 {
     match req.observed.newest(&req.spec.name) {
         Some(c) => c.restart_count + 1,
-        None => restart_count_from_logs(&pod_log_dir(&ctx.node, req.desired).join(&req.spec.name)).unwrap_or(0),
+        None => {
+            restart_count_from_logs(&pod_log_dir(&ctx.node, req.desired).join(&req.spec.name)).unwrap_or(0)
+        }
     }
 }
 
 /// Host paths for the container's volume mounts (emptyDir created on first use), plus the
 /// termination-message file (R1.12).
-fn prepare_mounts(ctx: &Shared, req: &StartRequest<'_>) -> Result<(Vec<api::Mount>, Option<PathBuf>), StartError> {
+fn prepare_mounts(
+    ctx: &Shared,
+    req: &StartRequest<'_>,
+) -> Result<(Vec<api::Mount>, Option<PathBuf>), StartError> {
     let d = req.desired;
     let c = req.spec;
     let volumes = d.pod.spec.as_ref().and_then(|s| s.volumes.clone()).unwrap_or_default();
@@ -191,19 +212,22 @@ fn prepare_mounts(ctx: &Shared, req: &StartRequest<'_>) -> Result<(Vec<api::Moun
         };
         let mut host: PathBuf = if let Some(hp) = &vol.host_path {
             let p = PathBuf::from(&hp.path);
-            prepare_host_path(&p, hp.type_.as_deref().unwrap_or(""))
-                .map_err(|m| err("CreateContainerConfigError", format!("hostPath volume {:?}: {m}", vol.name)))?;
+            prepare_host_path(&p, hp.type_.as_deref().unwrap_or("")).map_err(|m| {
+                err("CreateContainerConfigError", format!("hostPath volume {:?}: {m}", vol.name))
+            })?;
             p
         } else {
             let p = empty_dir(&ctx.node, &d.uid, &vol.name);
             // World-writable like the kubelet's emptyDir, so non-root containers can use it.
-            mkdir(&p, 0o777).map_err(|e| err("CreateContainerConfigError", format!("emptyDir {:?}: {e}", vol.name)))?;
+            mkdir(&p, 0o777)
+                .map_err(|e| err("CreateContainerConfigError", format!("emptyDir {:?}: {e}", vol.name)))?;
             p
         };
         if let Some(sub) = vm.sub_path.as_deref().filter(|s| !s.is_empty()) {
             host = host.join(sub);
             if !host.exists() {
-                mkdir(&host, 0o777).map_err(|e| err("CreateContainerConfigError", format!("subPath {sub:?}: {e}")))?;
+                mkdir(&host, 0o777)
+                    .map_err(|e| err("CreateContainerConfigError", format!("subPath {sub:?}: {e}")))?;
             }
         }
         mounts.push(api::Mount {
@@ -217,7 +241,8 @@ fn prepare_mounts(ctx: &Shared, req: &StartRequest<'_>) -> Result<(Vec<api::Moun
     let tpath = c.termination_message_path.clone().unwrap_or_else(|| "/dev/termination-log".into());
     if !tpath.is_empty() {
         let dir = pod_dir(&ctx.node, &d.uid).join("containers").join(&c.name);
-        mkdir(&dir, 0o750).map_err(|e| err("CreateContainerConfigError", format!("termination message dir: {e}")))?;
+        mkdir(&dir, 0o750)
+            .map_err(|e| err("CreateContainerConfigError", format!("termination message dir: {e}")))?;
         let file = dir.join(format!("{:08x}", fastrand::u32(..)));
         std::fs::write(&file, b"")
             .and_then(|_| std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)))
@@ -269,17 +294,19 @@ pub async fn start_container(ctx: &Shared, req: &StartRequest<'_>) -> Result<Str
     let image_ref = ensure_image(ctx, d, c, req.sandbox_config).await?;
     let restart_count = next_restart_count(ctx, req);
     let log_dir = pod_log_dir(&ctx.node, d).join(&c.name);
-    mkdir(&log_dir, 0o755).map_err(|e| err("CreateContainerConfigError", format!("creating {}: {e}", log_dir.display())))?;
+    mkdir(&log_dir, 0o755)
+        .map_err(|e| err("CreateContainerConfigError", format!("creating {}: {e}", log_dir.display())))?;
     let (mounts, termination_file) = prepare_mounts(ctx, req)?;
     let rv = RuntimeValues { pod_ips: req.pod_ips.to_vec(), image_ref, restart_count, termination_file };
     let config = container_config(&ctx.node, d, c, req.kind, &rv, mounts).map_err(|e| {
         ctx.warning(&d.key, name, "Failed", format!("Error: {e}"));
         err("CreateContainerConfigError", e.to_string())
     })?;
-    let id = ctx.cri.create_container(req.sandbox_id, config, req.sandbox_config.clone()).await.map_err(|e| {
-        ctx.warning(&d.key, name, "Failed", format!("Error: {e}"));
-        err("CreateContainerError", e.to_string())
-    })?;
+    let id =
+        ctx.cri.create_container(req.sandbox_id, config, req.sandbox_config.clone()).await.map_err(|e| {
+            ctx.warning(&d.key, name, "Failed", format!("Error: {e}"));
+            err("CreateContainerError", e.to_string())
+        })?;
     ctx.normal(&d.key, name, "Created", format!("Created container: {}", c.name));
     if let Err(e) = ctx.cri.start_container(&id).await {
         ctx.warning(&d.key, name, "Failed", format!("Error: {e}"));
@@ -292,7 +319,16 @@ pub async fn start_container(ctx: &Shared, req: &StartRequest<'_>) -> Result<Str
             ctx.warning(&d.key, name, "FailedPostStartHook", format!("PostStartHook failed: {msg}"));
             // R8.2: the container is killed through the normal path (preStop and grace).
             let grace = spec::termination_grace(&d.pod);
-            super::terminate::kill_one(ctx, d, c, &id, grace, "FailedPostStartHook", req.pod_ips.first().map(String::as_str)).await;
+            super::terminate::kill_one(
+                ctx,
+                d,
+                c,
+                &id,
+                grace,
+                "FailedPostStartHook",
+                req.pod_ips.first().map(String::as_str),
+            )
+            .await;
             return Err(err("PostStartHookError", msg));
         }
     }

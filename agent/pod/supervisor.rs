@@ -134,7 +134,10 @@ impl Supervisor {
         let mut orphans: BTreeMap<String, DesiredPod> = BTreeMap::new();
         for sb in sandboxes {
             let Some(uid) = sb.labels.get(keys::POD_UID) else { continue };
-            if wanted.contains(&uid.as_str()) || orphans.contains_key(uid) || self.terminating.contains_key(uid) {
+            if wanted.contains(&uid.as_str())
+                || orphans.contains_key(uid)
+                || self.terminating.contains_key(uid)
+            {
                 continue;
             }
             let key = PodKey::new(

@@ -29,7 +29,8 @@ pub fn stop_prerequisites(pod: &Pod, running: &[String]) -> HashMap<String, Vec<
         return out;
     }
     let is_running = |n: &str| running.iter().any(|r| r == n);
-    let running_apps: Vec<String> = apps.iter().filter(|c| is_running(&c.name)).map(|c| c.name.clone()).collect();
+    let running_apps: Vec<String> =
+        apps.iter().filter(|c| is_running(&c.name)).map(|c| c.name.clone()).collect();
     let sidecars: Vec<&Container> = inits.iter().filter(|c| is_sidecar(c)).collect();
     for (i, s) in sidecars.iter().enumerate() {
         if !is_running(&s.name) {
@@ -88,7 +89,9 @@ async fn kill_with_deadline(
                 tracing::warn!(pod = %key, container = %name, error = %msg, "preStop hook failed");
                 ctx.warning(&key, Some(&name), "FailedPreStopHook", format!("PreStopHook failed: {msg}"));
             }
-            Err(_) => tracing::info!(pod = %key, container = %name, "preStop hook did not finish within the grace budget"),
+            Err(_) => {
+                tracing::info!(pod = %key, container = %name, "preStop hook did not finish within the grace budget")
+            }
         }
     }
     for rx in &mut wait_for {
@@ -97,12 +100,25 @@ async fn kill_with_deadline(
     let grace = secs_left(deadline);
     tracing::info!(pod = %key, container = %name, grace_s = grace.as_secs(), "stopping container");
     if let Err(e) = ctx.cri.stop_container(&observed.id, grace).await {
-        ctx.warning(&key, Some(&name), "FailedKillContainer", format!("Failed to stop container {name}: {e}"));
+        ctx.warning(
+            &key,
+            Some(&name),
+            "FailedKillContainer",
+            format!("Failed to stop container {name}: {e}"),
+        );
     }
 }
 
 /// Kills one container (spec change, probe failure, failed postStart) with `grace`.
-pub async fn kill_one(ctx: &Shared, d: &DesiredPod, spec: &Container, id: &str, grace: Duration, message: &str, pod_ip: Option<&str>) {
+pub async fn kill_one(
+    ctx: &Shared,
+    d: &DesiredPod,
+    spec: &Container,
+    id: &str,
+    grace: Duration,
+    message: &str,
+    pod_ip: Option<&str>,
+) {
     let observed = ObservedContainer {
         id: id.to_string(),
         sandbox_id: String::new(),
@@ -137,7 +153,14 @@ pub async fn kill_one(ctx: &Shared, d: &DesiredPod, spec: &Container, id: &str, 
 
 /// Kills every running container of the pod in order within `grace` counted from now, then
 /// stops every sandbox that is still ready. Reports an overrun of the budget as an event.
-pub async fn kill_pod(ctx: &Shared, key: &PodKey, pod: &Arc<Pod>, observed: &ObservedPod, grace: Duration, reason: &str) {
+pub async fn kill_pod(
+    ctx: &Shared,
+    key: &PodKey,
+    pod: &Arc<Pod>,
+    observed: &ObservedPod,
+    grace: Duration,
+    reason: &str,
+) {
     let started = Instant::now();
     let deadline = started + grace;
     let running: Vec<&ObservedContainer> = observed
@@ -191,7 +214,11 @@ pub async fn kill_pod(ctx: &Shared, key: &PodKey, pod: &Arc<Pod>, observed: &Obs
             key,
             None,
             "GracePeriodOverrun",
-            format!("Stopping the pod ({reason}) took {:.1}s, past its grace period of {}s", took.as_secs_f64(), grace.as_secs()),
+            format!(
+                "Stopping the pod ({reason}) took {:.1}s, past its grace period of {}s",
+                took.as_secs_f64(),
+                grace.as_secs()
+            ),
         );
     }
 }
@@ -225,15 +252,27 @@ mod tests {
     fn prerequisites_cases() {
         let p = pod(vec![c("s1", true), c("s2", true), c("s3", true)], vec![c("m1", false), c("m2", false)]);
         let cases: Vec<(&str, Vec<&str>, Vec<(&str, Vec<&str>)>)> = vec![
-            ("all running: apps free, sidecars chain in reverse",
-             vec!["s1", "s2", "s3", "m1", "m2"],
-             vec![("m1", vec![]), ("m2", vec![]), ("s3", vec!["m1", "m2"]), ("s2", vec!["m1", "m2", "s3"]), ("s1", vec!["m1", "m2", "s2"])]),
-            ("a gap breaks the chain: s1 does not wait for s3",
-             vec!["s1", "s3", "m1"],
-             vec![("m1", vec![]), ("s3", vec!["m1"]), ("s1", vec!["m1"])]),
-            ("apps already gone: sidecars only wait for each other",
-             vec!["s1", "s2"],
-             vec![("s2", vec![]), ("s1", vec!["s2"])]),
+            (
+                "all running: apps free, sidecars chain in reverse",
+                vec!["s1", "s2", "s3", "m1", "m2"],
+                vec![
+                    ("m1", vec![]),
+                    ("m2", vec![]),
+                    ("s3", vec!["m1", "m2"]),
+                    ("s2", vec!["m1", "m2", "s3"]),
+                    ("s1", vec!["m1", "m2", "s2"]),
+                ],
+            ),
+            (
+                "a gap breaks the chain: s1 does not wait for s3",
+                vec!["s1", "s3", "m1"],
+                vec![("m1", vec![]), ("s3", vec!["m1"]), ("s1", vec!["m1"])],
+            ),
+            (
+                "apps already gone: sidecars only wait for each other",
+                vec!["s1", "s2"],
+                vec![("s2", vec![]), ("s1", vec!["s2"])],
+            ),
         ];
         for (name, running, want) in cases {
             let got = stop_prerequisites(&p, &names(&running));

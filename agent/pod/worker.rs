@@ -14,11 +14,12 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::backoff::Backoff;
 use super::context::{Shared, now_ns};
-use super::plan::{KillReason, PodKillReason, ProbeResults, is_sidecar, plan};
+use super::plan::{KillReason, PodKillReason, is_sidecar, plan};
 use super::spec::{Kind, pod_dir, pod_log_dir, sandbox_config, termination_grace};
 use super::start::{StartRequest, backoff_key, crash_backoff_wait, create_sandbox, start_container};
 use super::terminate::{kill_one, kill_pod};
-use crate::model::{ContainerState, DesiredPod, ObservedPod, ProbeState, SandboxState};
+use crate::model::{ContainerState, DesiredPod, ObservedPod, SandboxState};
+use crate::probe::manager::ProbeManager;
 use crate::registry::PodRecord;
 use crate::status::{StartError, StatusInput, compute};
 
@@ -34,7 +35,9 @@ pub enum Desire {
     Run(DesiredPod),
     /// Stop everything within the grace budget; with `remove`, also remove sandboxes, volumes
     /// and logs (the manifest is gone or replaced).
-    Terminate { remove: bool },
+    Terminate {
+        remove: bool,
+    },
 }
 
 /// Annotation on the published pod: the pod log directory (for `crilet logs`).
@@ -47,8 +50,7 @@ struct Worker {
     start_errors: BTreeMap<String, StartError>,
     status: Option<PodStatus>,
     termination_messages: BTreeMap<String, String>,
-    probes: ProbeResults,
-    probe_states: BTreeMap<String, ProbeState>,
+    probes: ProbeManager,
     first_seen: jiff::Timestamp,
 }
 
@@ -63,15 +65,16 @@ pub async fn run_worker(
     mut synced: Option<oneshot::Sender<()>>,
 ) {
     let span = info_span!("pod", pod = %initial.key, uid = %initial.uid);
+    let probes =
+        ProbeManager::new(ctx.clone(), initial.key.clone(), &initial.uid, wake.clone(), cancel.child_token());
     let mut w = Worker {
-        ctx,
+        ctx: ctx.clone(),
         desired: initial,
         crash_backoff: Backoff::crash_loop(),
         start_errors: BTreeMap::new(),
         status: None,
         termination_messages: BTreeMap::new(),
-        probes: ProbeResults::default(),
-        probe_states: BTreeMap::new(),
+        probes,
         first_seen: jiff::Timestamp::now(),
     };
     async move {
@@ -123,19 +126,23 @@ pub async fn run_worker(
 
 fn all_containers(pod: &Pod) -> Vec<(Container, Kind)> {
     let Some(spec) = pod.spec.as_ref() else { return Vec::new() };
-    let inits = spec.init_containers.iter().flatten().map(|c| (c.clone(), if is_sidecar(c) { Kind::Sidecar } else { Kind::Init }));
+    let inits = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .map(|c| (c.clone(), if is_sidecar(c) { Kind::Sidecar } else { Kind::Init }));
     inits.chain(spec.containers.iter().map(|c| (c.clone(), Kind::App))).collect()
 }
 
 impl Worker {
     fn publish(&mut self, observed: &ObservedPod, terminating: bool) {
         let ctx = &self.ctx;
+        let (_, probe_states) = self.probes.view();
         let external = ctx.registry.external_conditions(&self.desired.key);
-        // Until probe workers exist: started follows running, ready follows started.
         let status = compute(&StatusInput {
             desired: &self.desired,
             observed,
-            probes: &self.probe_states,
+            probes: &probe_states,
             start_errors: &self.start_errors,
             terminating,
             external_conditions: &external,
@@ -146,7 +153,8 @@ impl Worker {
         });
         let mut pod = (*self.desired.pod).clone();
         let annotations = pod.metadata.annotations.get_or_insert_with(Default::default);
-        annotations.insert(LOG_DIR_ANNOTATION.into(), pod_log_dir(&ctx.node, &self.desired).display().to_string());
+        annotations
+            .insert(LOG_DIR_ANNOTATION.into(), pod_log_dir(&ctx.node, &self.desired).display().to_string());
         let created = observed
             .sandboxes
             .last()
@@ -183,8 +191,9 @@ impl Worker {
                 .and_then(|f| std::fs::read(f).ok())
                 .map(|b| tail_bytes(&b, 4096))
                 .unwrap_or_default();
-            let fallback = c.annotations.get(crate::model::keys::TERMINATION_MESSAGE_POLICY).map(String::as_str)
-                == Some("FallbackToLogsOnError");
+            let fallback =
+                c.annotations.get(crate::model::keys::TERMINATION_MESSAGE_POLICY).map(String::as_str)
+                    == Some("FallbackToLogsOnError");
             if msg.is_empty() && fallback && c.exit_code != 0 {
                 msg = std::fs::read(&c.log_path).map(|b| log_tail(&b, 80, 2048)).unwrap_or_default();
             }
@@ -198,9 +207,11 @@ impl Worker {
         let ctx = self.ctx.clone();
         let observed = ctx.cri.observe(&self.desired.uid).await?;
         self.read_termination_messages(&observed);
-        self.publish(&observed, false);
         let pod = self.desired.pod.clone();
-        let the_plan = plan(&pod, &observed, &self.probes);
+        self.probes.reconcile(&pod, &observed, false);
+        self.publish(&observed, false);
+        let (probe_results, _) = self.probes.view();
+        let the_plan = plan(&pod, &observed, &probe_results);
         if the_plan.is_empty() {
             self.collect_garbage(&observed).await;
             return Ok(None);
@@ -210,7 +221,10 @@ impl Worker {
         let grace = termination_grace(&pod);
 
         if let Some(reason) = the_plan.kill_pod {
-            let anything = observed.containers.iter().any(|c| matches!(c.state, ContainerState::Running | ContainerState::Unknown))
+            let anything = observed
+                .containers
+                .iter()
+                .any(|c| matches!(c.state, ContainerState::Running | ContainerState::Unknown))
                 || observed.sandboxes.iter().any(|s| s.state == SandboxState::Ready);
             if anything {
                 let why = match reason {
@@ -226,10 +240,19 @@ impl Worker {
                 return Ok(None);
             }
             if !observed.sandboxes.is_empty() {
-                ctx.normal(&key, None, "SandboxChanged", "Pod sandbox changed, it will be killed and re-created.".into());
+                ctx.normal(
+                    &key,
+                    None,
+                    "SandboxChanged",
+                    "Pod sandbox changed, it will be killed and re-created.".into(),
+                );
             }
             // R2.7: the init sequence re-runs in the new sandbox.
-            let inits: Vec<String> = all_containers(&pod).into_iter().filter(|(_, k)| *k != Kind::App).map(|(c, _)| c.name).collect();
+            let inits: Vec<String> = all_containers(&pod)
+                .into_iter()
+                .filter(|(_, k)| *k != Kind::App)
+                .map(|(c, _)| c.name)
+                .collect();
             for c in observed.containers.iter().filter(|c| inits.contains(&c.name)) {
                 if let Err(e) = ctx.cri.remove_container(&c.id).await {
                     warn!(container = %c.name, error = %e, "removing init container instance failed");
@@ -239,7 +262,9 @@ impl Worker {
 
         let pod_ip = observed.pod_ips().first().cloned();
         for k in &the_plan.kills {
-            let Some((spec, _)) = all_containers(&pod).into_iter().find(|(c, _)| c.name == k.name) else { continue };
+            let Some((spec, _)) = all_containers(&pod).into_iter().find(|(c, _)| c.name == k.name) else {
+                continue;
+            };
             let g = match k.reason {
                 KillReason::LivenessProbe => probe_grace(spec.liveness_probe.as_ref()).unwrap_or(grace),
                 KillReason::StartupProbe => probe_grace(spec.startup_probe.as_ref()).unwrap_or(grace),
@@ -268,7 +293,8 @@ impl Worker {
         let containers = all_containers(&pod);
         for name in &the_plan.init_to_start {
             let Some((spec, kind)) = containers.iter().find(|(c, _)| &c.name == name) else { continue };
-            let ok = self.start(&observed, spec, *kind, &sandbox_id, &pod_ips, &sb_config, &mut requeue).await;
+            let ok =
+                self.start(&observed, spec, *kind, &sandbox_id, &pod_ips, &sb_config, &mut requeue).await;
             // R4.4: a failed regular init container ends this sync; a sidecar does not.
             if !ok && *kind == Kind::Init {
                 return Ok(requeue);
@@ -293,18 +319,24 @@ impl Worker {
         requeue: &mut Option<i64>,
     ) -> bool {
         let now = now_ns();
-        if let Some((e, until)) = crash_backoff_wait(&self.crash_backoff, &self.desired, spec, observed, now) {
+        if let Some((e, until)) = crash_backoff_wait(&self.crash_backoff, &self.desired, spec, observed, now)
+        {
             self.ctx.warning(
                 &self.desired.key,
                 Some(&spec.name),
                 "BackOff",
-                format!("Back-off restarting failed container {} in pod {}", spec.name, self.desired.key.name),
+                format!(
+                    "Back-off restarting failed container {} in pod {}",
+                    spec.name, self.desired.key.name
+                ),
             );
             self.start_errors.insert(spec.name.clone(), e);
             *requeue = Some(requeue.map_or(until, |r| r.min(until)));
             return false;
         }
-        if let Some(exited) = observed.containers.iter().find(|o| o.name == spec.name && o.state == ContainerState::Exited) {
+        if let Some(exited) =
+            observed.containers.iter().find(|o| o.name == spec.name && o.state == ContainerState::Exited)
+        {
             self.crash_backoff.next(&backoff_key(spec), exited.finished_at, now);
         }
         let req = StartRequest {
@@ -373,6 +405,7 @@ impl Worker {
         if cancel.is_cancelled() {
             return false;
         }
+        self.probes.reconcile(&self.desired.pod.clone(), &observed, true);
         self.publish(&observed, true);
         let grace = termination_grace(&self.desired.pod);
         kill_pod(&ctx, &key, &self.desired.pod, &observed, grace, "pod deleted").await;
@@ -398,6 +431,7 @@ impl Worker {
             let _ = std::fs::remove_dir_all(pod_dir(&ctx.node, &self.desired.uid));
             let _ = std::fs::remove_dir_all(pod_log_dir(&ctx.node, &self.desired));
             remove_pod_cgroups(&self.desired.uid);
+            self.probes.stop();
             ctx.registry.remove_pod(&key);
             ctx.normal(&key, None, "Removed", format!("Pod {} removed", key));
         }
@@ -422,7 +456,8 @@ fn log_tail(b: &[u8], lines: usize, max: usize) -> String {
         .lines()
         .filter_map(|l| {
             let mut parts = l.splitn(4, ' ');
-            let (_ts, _stream, tag, msg) = (parts.next()?, parts.next()?, parts.next()?, parts.next().unwrap_or(""));
+            let (_ts, _stream, tag, msg) =
+                (parts.next()?, parts.next()?, parts.next()?, parts.next().unwrap_or(""));
             Some(if tag == "P" { msg.to_string() } else { format!("{msg}\n") })
         })
         .collect();

@@ -17,6 +17,11 @@ pub fn load_dir(_dir: &Path, _node_name: &str, _previous: &ManifestSet) -> Manif
     ManifestSet::default()
 }
 
-pub fn watch_dir(_dir: PathBuf, _node: String, _resync: Duration, _cancel: CancellationToken) -> tokio::sync::watch::Receiver<ManifestSet> {
+pub fn watch_dir(
+    _dir: PathBuf,
+    _node: String,
+    _resync: Duration,
+    _cancel: CancellationToken,
+) -> tokio::sync::watch::Receiver<ManifestSet> {
     tokio::sync::watch::channel(ManifestSet::default()).1
 }

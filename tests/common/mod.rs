@@ -103,7 +103,8 @@ impl Agent {
 
     /// Starts the agent process (again).
     pub fn spawn(&mut self) {
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log_file).expect("log file");
+        let log =
+            std::fs::OpenOptions::new().create(true).append(true).open(&self.log_file).expect("log file");
         let child = Command::new(bin())
             .args(["run", "--container-runtime-endpoint", &self.env.endpoint()])
             .arg("--pod-manifest-path")
@@ -138,7 +139,10 @@ impl Agent {
     /// SIGTERMs the agent and waits for it to exit.
     pub fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(c.id() as i32), nix::sys::signal::Signal::SIGTERM);
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(c.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
             let _ = c.wait();
         }
     }
