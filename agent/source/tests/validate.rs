@@ -1,0 +1,213 @@
+//! Validation cases: each edit of the healthy base pod, and the field path and reason it must be
+//! refused with. `assert_refused` is shared by the sibling `validate_*` test files.
+
+use serde_json::{Value, json};
+
+use super::{base, lines, parse_value, remove, set};
+use crate::source::ProblemKind;
+
+pub(super) type Edit = fn(&mut Value);
+
+/// Each case: name, edit of the base pod, the field path of the error, a substring of its reason.
+pub(super) fn assert_refused(cases: &[(&str, Edit, &str, &str)]) {
+    for (name, edit, field, reason) in cases {
+        let mut v = base();
+        edit(&mut v);
+        let (pods, problems) = parse_value(&v);
+        assert!(pods.is_empty(), "{name}: the pod must be refused");
+        let found = problems.iter().any(|p| {
+            p.kind == ProblemKind::Error && p.field.as_deref() == Some(*field) && p.reason.contains(reason)
+        });
+        assert!(
+            found,
+            "{name}: want error at {field} containing {reason:?}, got {:#?}",
+            lines(&problems, ProblemKind::Error)
+        );
+        assert!(problems.iter().all(|p| p.doc == Some(0)), "{name}: problems carry the document index");
+    }
+}
+
+#[test]
+fn pod_cases() {
+    // metadata and pod-wide fields
+    assert_refused(&[
+        ("name missing", |v| remove(v, "/metadata/name"), "metadata.name", "required"),
+        (
+            "name not a subdomain",
+            |v| set(v, "/metadata/name", json!("Web_1")),
+            "metadata.name",
+            "DNS-1123 subdomain",
+        ),
+        (
+            "name too long",
+            |v| set(v, "/metadata/name", json!("a".repeat(254))),
+            "metadata.name",
+            "at most 253",
+        ),
+        (
+            "namespace not a label",
+            |v| set(v, "/metadata/namespace", json!("my.ns")),
+            "metadata.namespace",
+            "DNS-1123 label",
+        ),
+        ("label value", |v| set(v, "/metadata/labels/app", json!("-x-")), "metadata.labels", "label value"),
+        ("label key", |v| set(v, "/metadata/labels/a b", json!("x")), "metadata.labels", "qualified name"),
+        (
+            "no app container",
+            |v| set(v, "/spec/containers", json!([])),
+            "spec.containers",
+            "at least one container",
+        ),
+        (
+            "pod restartPolicy",
+            |v| set(v, "/spec/restartPolicy", json!("Sometimes")),
+            "spec.restartPolicy",
+            "unsupported value \"Sometimes\"",
+        ),
+        (
+            "negative grace period",
+            |v| set(v, "/spec/terminationGracePeriodSeconds", json!(-1)),
+            "spec.terminationGracePeriodSeconds",
+            "greater than or equal to 0",
+        ),
+        (
+            "activeDeadlineSeconds 0",
+            |v| set(v, "/spec/activeDeadlineSeconds", json!(0)),
+            "spec.activeDeadlineSeconds",
+            "between 1 and",
+        ),
+        (
+            "dnsPolicy None needs dnsConfig",
+            |v| set(v, "/spec/dnsPolicy", json!("None")),
+            "spec.dnsConfig",
+            "required when dnsPolicy is None",
+        ),
+        ("dnsPolicy", |v| set(v, "/spec/dnsPolicy", json!("Cluster")), "spec.dnsPolicy", "unsupported value"),
+        (
+            "nameserver",
+            |v| set(v, "/spec/dnsConfig", json!({"nameservers": ["dns.local"]})),
+            "spec.dnsConfig.nameservers[0]",
+            "IP address",
+        ),
+        ("hostname", |v| set(v, "/spec/hostname", json!("Web.1")), "spec.hostname", "DNS-1123 label"),
+        (
+            "shareProcessNamespace with hostPID",
+            |v| {
+                set(v, "/spec/shareProcessNamespace", json!(true));
+                set(v, "/spec/hostPID", json!(true));
+            },
+            "spec.shareProcessNamespace",
+            "hostPID",
+        ),
+        (
+            "sysctl name",
+            |v| set(v, "/spec/securityContext", json!({"sysctls": [{"name": "net/../x", "value": "1"}]})),
+            "spec.securityContext.sysctls[0].name",
+            "sysctl name",
+        ),
+        (
+            "host alias ip",
+            |v| set(v, "/spec/hostAliases", json!([{"ip": "nope", "hostnames": ["a"]}])),
+            "spec.hostAliases[0].ip",
+            "IP address",
+        ),
+        (
+            "windows",
+            |v| set(v, "/spec/os", json!({"name": "windows"})),
+            "spec.os.name",
+            "Linux containers only",
+        ),
+        (
+            "imagePullSecrets",
+            |v| set(v, "/spec/imagePullSecrets", json!([{"name": "s"}])),
+            "spec.imagePullSecrets",
+            "static pods cannot reference API objects (secrets)",
+        ),
+        (
+            "ephemeralContainers",
+            |v| set(v, "/spec/ephemeralContainers", json!([{"name": "e", "image": "x"}])),
+            "spec.ephemeralContainers",
+            "not supported",
+        ),
+        ("hostUsers false", |v| set(v, "/spec/hostUsers", json!(false)), "spec.hostUsers", "user namespaces"),
+        (
+            "type error names its path",
+            |v| set(v, "/spec/containers/0/ports/0/containerPort", json!("80")),
+            "spec.containers[0].ports[0].containerPort",
+            "invalid type: string \"80\"",
+        ),
+        (
+            "type error in a list",
+            |v| set(v, "/spec/containers/0/command", json!("sleep 1")),
+            "spec.containers[0].command",
+            "invalid type",
+        ),
+    ]);
+}
+
+#[test]
+fn volume_cases() {
+    // volumes and their sources
+    assert_refused(&[
+        (
+            "volume name",
+            |v| set(v, "/spec/volumes/0/name", json!("Data")),
+            "spec.volumes[0].name",
+            "DNS-1123 label",
+        ),
+        (
+            "volume names unique",
+            |v| set(v, "/spec/volumes/1", json!({"name": "data"})),
+            "spec.volumes[1].name",
+            "duplicate volume name",
+        ),
+        (
+            "two volume sources",
+            |v| set(v, "/spec/volumes/0/hostPath", json!({"path": "/srv"})),
+            "spec.volumes[0]",
+            "more than 1 volume type",
+        ),
+        (
+            "secret volume",
+            |v| set(v, "/spec/volumes/0", json!({"name": "data", "secret": {"secretName": "s"}})),
+            "spec.volumes[0].secret",
+            "volume type secret is not supported by crilet (static pods cannot reference API objects)",
+        ),
+        (
+            "nfs volume",
+            |v| set(v, "/spec/volumes/0", json!({"name": "data", "nfs": {"server": "x", "path": "/"}})),
+            "spec.volumes[0].nfs",
+            "volume type nfs is not supported by crilet",
+        ),
+        (
+            "hostPath relative",
+            |v| set(v, "/spec/volumes/0", json!({"name": "data", "hostPath": {"path": "srv"}})),
+            "spec.volumes[0].hostPath.path",
+            "absolute",
+        ),
+        (
+            "hostPath type",
+            |v| {
+                set(
+                    v,
+                    "/spec/volumes/0",
+                    json!({"name": "data", "hostPath": {"path": "/srv", "type": "Dir"}}),
+                )
+            },
+            "spec.volumes[0].hostPath.type",
+            "unsupported value \"Dir\"",
+        ),
+        (
+            "emptyDir hugepages",
+            |v| set(v, "/spec/volumes/0/emptyDir", json!({"medium": "HugePages-2Mi"})),
+            "spec.volumes[0].emptyDir.medium",
+            "hugepages",
+        ),
+        (
+            "emptyDir sizeLimit",
+            |v| set(v, "/spec/volumes/0/emptyDir", json!({"sizeLimit": "lots"})),
+            "spec.volumes[0].emptyDir.sizeLimit",
+            "must be a quantity",
+        ),
+    ]);
+}

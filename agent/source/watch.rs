@@ -1,0 +1,173 @@
+//! Watching the manifest directory (R3.7): inotify through `notify` for prompt changes, plus a
+//! full rescan every `resync` and once at start. Each rescan is a [`load_dir`] against the last
+//! published set; a new set is published only when it differs. New problems are logged once.
+//!
+//! The watch is (re)established on every rescan when missing or stale (the directory did not
+//! exist yet, or was removed and created again), so a failing watch heals within one resync.
+
+use std::collections::HashSet;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher};
+use tokio::sync::{Notify, watch};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use super::dir::manifest_name;
+use super::{ManifestProblem, ManifestSet, ProblemKind, load_dir};
+
+/// The kubelet's `fileCheckFrequency` default.
+pub const DEFAULT_RESYNC: Duration = Duration::from_secs(20);
+
+/// How long a burst of file events may last before the rescan (editors write in several steps).
+const SETTLE: Duration = Duration::from_millis(50);
+/// Longest a stream of events may postpone the rescan.
+const MAX_SETTLE: Duration = Duration::from_secs(1);
+
+/// Watches `dir` (notify/inotify, plus a full rescan every `resync` and once at start) and
+/// publishes a new [`ManifestSet`] only when it differs from the last one. Logs each new problem
+/// once (warn for errors and conflicts, info for warnings). Stops when `cancel` fires (the
+/// sender is dropped then). If the directory does not exist, the set is empty and it keeps
+/// checking.
+///
+/// The first scan happens before this returns, so the receiver's initial value is the real
+/// directory content, never a transient empty set. Must be called within a tokio runtime.
+pub fn watch_dir(
+    dir: PathBuf,
+    node_name: String,
+    resync: Duration,
+    cancel: CancellationToken,
+) -> watch::Receiver<ManifestSet> {
+    // Watch first, then scan: a change between the two is then seen by both, never by neither.
+    // A Notify coalesces any burst of inotify events into one pending wake-up.
+    let events = Arc::new(Notify::new());
+    let mut dir_watch = DirWatch { dir: dir.clone(), events: events.clone(), current: None };
+    dir_watch.ensure();
+    let first = load_dir(&dir, &node_name, &ManifestSet::default());
+    log_new_problems(&[], &first.problems);
+    let (tx, rx) = watch::channel(first);
+    tokio::spawn(run(dir, node_name, resync, cancel, tx, dir_watch, events));
+    rx
+}
+
+async fn run(
+    dir: PathBuf,
+    node_name: String,
+    resync: Duration,
+    cancel: CancellationToken,
+    tx: watch::Sender<ManifestSet>,
+    mut dir_watch: DirWatch,
+    events: Arc<Notify>,
+) {
+    let mut ticker = tokio::time::interval(resync.max(Duration::from_millis(10)));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticker.tick().await; // the first tick is immediate; the first scan is done already
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = ticker.tick() => {}
+            _ = events.notified() => {
+                // Let the burst settle, so one save is one rescan (but never wait past MAX_SETTLE).
+                let deadline = tokio::time::Instant::now() + MAX_SETTLE;
+                loop {
+                    tokio::select! {
+                        _ = cancel.cancelled() => return,
+                        _ = tokio::time::sleep(SETTLE) => break,
+                        _ = tokio::time::sleep_until(deadline) => break,
+                        _ = events.notified() => {}
+                    }
+                }
+            }
+        }
+        dir_watch.ensure();
+        let previous = tx.borrow().clone();
+        let (dir, node, prev) = (dir.clone(), node_name.clone(), previous.clone());
+        let next = match tokio::task::spawn_blocking(move || load_dir(&dir, &node, &prev)).await {
+            Ok(next) => next,
+            Err(e) => {
+                warn!(error = %e, "manifest scan failed; retrying at the next change or resync");
+                continue;
+            }
+        };
+        log_new_problems(&previous.problems, &next.problems);
+        tx.send_if_modified(|current| {
+            if *current == next {
+                return false;
+            }
+            debug!(pods = next.pods.len(), problems = next.problems.len(), "manifest set changed");
+            *current = next;
+            true
+        });
+    }
+}
+
+/// The inotify watch on the directory, tied to the directory's identity (device, inode).
+struct DirWatch {
+    dir: PathBuf,
+    events: Arc<Notify>,
+    current: Option<(RecommendedWatcher, (u64, u64))>,
+}
+
+impl DirWatch {
+    /// Makes sure a live watch exists on the directory as it is now.
+    fn ensure(&mut self) {
+        let identity = std::fs::metadata(&self.dir).ok().filter(|m| m.is_dir()).map(|m| (m.dev(), m.ino()));
+        let Some(identity) = identity else {
+            self.current = None; // nothing to watch; resync will look again
+            return;
+        };
+        if self.current.as_ref().is_some_and(|(_, watched)| *watched == identity) {
+            return;
+        }
+        match self.start() {
+            Ok(watcher) => {
+                debug!(dir = %self.dir.display(), "watching manifest directory");
+                self.current = Some((watcher, identity));
+            }
+            Err(e) => {
+                warn!(dir = %self.dir.display(), error = %e, "cannot watch manifest directory; relying on resync");
+                self.current = None;
+            }
+        }
+    }
+
+    fn start(&self) -> notify::Result<RecommendedWatcher> {
+        let events = self.events.clone();
+        let dir = self.dir.clone();
+        let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+            if matters(&dir, &event) {
+                events.notify_one();
+            }
+        })?;
+        watcher.watch(&self.dir, RecursiveMode::NonRecursive)?;
+        Ok(watcher)
+    }
+}
+
+/// Whether an event can change the set: not our own reads (inotify reports opens), and not
+/// files that are not manifests (an editor's swap file is written every few seconds).
+fn matters(dir: &Path, event: &notify::Result<notify::Event>) -> bool {
+    let Ok(event) = event else { return true }; // e.g. queue overflow: rescan to be safe
+    if matches!(event.kind, EventKind::Access(_)) {
+        return false;
+    }
+    event.paths.is_empty()
+        || event.paths.iter().any(|p| {
+            p == dir || p.parent() != Some(dir) || p.file_name().is_some_and(|n| manifest_name(n).is_ok())
+        })
+}
+
+/// Logs the problems of `next` that `previous` did not have.
+fn log_new_problems(previous: &[ManifestProblem], next: &[ManifestProblem]) {
+    let seen: HashSet<&ManifestProblem> = previous.iter().collect();
+    for problem in next.iter().filter(|p| !seen.contains(p)) {
+        match problem.kind {
+            ProblemKind::Error => warn!(problem = %problem, "manifest error"),
+            ProblemKind::Conflict => warn!(problem = %problem, "manifest conflict"),
+            ProblemKind::Warning => info!(problem = %problem, "manifest warning"),
+        }
+    }
+}
