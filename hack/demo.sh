@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# hack/demo.sh — see crilet run the example pods on a private containerd, in one command.
+#
+# Usage: hack/demo.sh            (as root; rerunnable: a crilet it started before is replaced)
+# Runs hack/setup.sh, `cargo build --release`, renders examples/*.yaml (image placeholders
+# filled in) into /var/lib/crilet-dev/demo-manifests, starts
+#   target/release/crilet run ... --control-socket /run/crilet-dev/crilet.sock
+# in the background (pid /run/crilet-dev/crilet.pid, log /var/lib/crilet-dev/logs/crilet.log)
+# and waits up to 120 s until `crilet get pods` shows every pod Running.
+# Then: edit files in the manifest dir to see updates; stop everything with hack/teardown.sh.
+# Env: CRILET_BIN=path uses that binary and skips the build; DEMO_TIMEOUT=seconds (120).
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+
+require_root
+TIMEOUT="${DEMO_TIMEOUT:-120}"
+
+bash "$HACK_DIR/setup.sh"
+set -a
+# shellcheck disable=SC1090
+. "$ENV_FILE"
+set +a
+
+if [ -n "${CRILET_BIN:-}" ]; then
+    BIN="$CRILET_BIN"
+else
+    log "building crilet (release)"
+    (cd "$REPO_ROOT" && cargo build --release)
+    BIN="${CARGO_TARGET_DIR:-$REPO_ROOT/target}/release/crilet"
+fi
+[ -x "$BIN" ] || die "no crilet binary at $BIN"
+
+# ------------------------------------------------------------------------------------------
+# Manifests: rendered next to the target directory, then renamed in one by one, so the
+# watching agent never reads a half-written file. Files no longer in examples/ are removed
+# (their pods are terminated, which is what a rerun after deleting an example should do).
+render_manifests() {
+    local stage="$DEMO_MANIFESTS.staging" f out var expr=()
+    rm -rf "$stage"
+    install -d -m 0755 "$stage" "$DEMO_MANIFESTS"
+    chmod 0755 "$DEMO_MANIFESTS"
+    # One sed expression per CRILET_IMAGE_* variable in the env file (no envsubst needed).
+    for var in $(compgen -v CRILET_IMAGE_); do
+        expr+=(-e "s|\${$var}|${!var}|g")
+    done
+    for f in "$REPO_ROOT"/examples/*.yaml; do
+        out="$stage/$(basename "$f")"
+        sed "${expr[@]}" "$f" >"$out"
+        chmod 0644 "$out"
+        # shellcheck disable=SC2016  # a literal ${CRILET_ is what we look for
+        if grep -n '\${CRILET_' "$out" >&2; then die "unresolved placeholder in $f"; fi
+    done
+    for f in "$stage"/*.yaml; do
+        cmp -s "$f" "$DEMO_MANIFESTS/$(basename "$f")" || mv -f "$f" "$DEMO_MANIFESTS/"
+    done
+    for f in "$DEMO_MANIFESTS"/*; do
+        [ -e "$f" ] || continue
+        [ -e "$REPO_ROOT/examples/$(basename "$f")" ] || rm -f "$f"
+    done
+    rm -rf "$stage"
+}
+render_manifests
+EXPECTED="$(cat "$DEMO_MANIFESTS"/*.yaml | grep -c '^kind: Pod')"
+log "rendered $EXPECTED pods into $DEMO_MANIFESTS"
+
+# ------------------------------------------------------------------------------------------
+# A crilet from an earlier run is replaced (the binary may have changed); its pods keep
+# running and the new agent adopts them.
+adopt "$CRILET_PIDFILE" crilet "$CRILET_SOCK" || true
+stop_pid "$CRILET_PIDFILE" "$CRILET_SOCK" crilet 15
+mkdir -p "$CRILET_ROOT_DIR" "$CRILET_POD_LOGS_DIR"
+start_daemon "$CRILET_PIDFILE" "$CRILET_LOG" "$BIN" run \
+    --container-runtime-endpoint "$CRILET_CONTAINERD_ENDPOINT" \
+    --pod-manifest-path "$DEMO_MANIFESTS" \
+    --root-dir "$CRILET_ROOT_DIR" \
+    --pod-logs-dir "$CRILET_POD_LOGS_DIR" \
+    --control-socket "$CRILET_SOCK"
+PID="$(cat "$CRILET_PIDFILE")"
+log "crilet started (pid $PID), log $CRILET_LOG"
+
+get_pods() { "$BIN" get pods --control-socket "$CRILET_SOCK"; }
+
+# all_running TABLE — every pod row (after the NAME READY STATUS ... header) says Running,
+# and all expected pods are listed.
+all_running() {
+    awk -v want="$EXPECTED" '
+        NR == 1 { for (i = 1; i <= NF; i++) if ($i == "STATUS") col = i; next }
+        NF > 0  { rows++; if (col && $col == "Running") ok++ }
+        END     { exit !(col && rows >= want && ok == rows) }' <<<"$1"
+}
+
+deadline=$((SECONDS + TIMEOUT))
+table=""
+while :; do
+    if [ ! -d "/proc/$PID" ]; then
+        tail -n 30 "$CRILET_LOG" >&2 || true
+        die "crilet exited; see $CRILET_LOG"
+    fi
+    table="$(get_pods 2>/dev/null || true)"
+    if [ -n "$table" ] && all_running "$table"; then break; fi
+    if [ "$SECONDS" -ge "$deadline" ]; then
+        printf '%s\n' "$table"
+        tail -n 30 "$CRILET_LOG" >&2 || true
+        die "not every pod is Running after ${TIMEOUT}s (crilet left running; hack/teardown.sh stops it)"
+    fi
+    sleep 1
+done
+
+printf '\n%s\n\n' "$table"
+cat <<EOF
+crilet is running the demo pods (pid $PID).
+  pods:      $BIN get pods -o wide --control-socket $CRILET_SOCK
+  logs:      $BIN logs sidecar-demo -c log-shipper --control-socket $CRILET_SOCK
+  manifests: $DEMO_MANIFESTS (edit web.yaml's image to $CRILET_IMAGE_WEB_V2 for an in-place update)
+  agent log: $CRILET_LOG
+Stop everything (agent, pods, containerd, registry): hack/teardown.sh
+EOF

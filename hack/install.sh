@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# hack/install.sh — install crilet as a systemd service on this node.
+#
+# Usage: cargo build --release && hack/install.sh
+#   installs target/release/crilet   -> /usr/local/bin/crilet (0755)
+#            systemd/crilet.service  -> /etc/systemd/system/crilet.service (0644)
+#   creates  /etc/crilet/manifests (0755: crilet refuses group/other-writable manifest dirs)
+#   then `systemctl daemon-reload && systemctl enable crilet.service` if systemd is PID 1,
+#   otherwise prints those commands instead. It does not start the service.
+# Env: CRILET_BIN=path (binary to install; default the release build),
+#      DESTDIR=dir (stage under dir, e.g. for packaging; never calls systemctl).
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+
+BIN="${CRILET_BIN:-${CARGO_TARGET_DIR:-$REPO_ROOT/target}/release/crilet}"
+UNIT="$REPO_ROOT/systemd/crilet.service"
+DESTDIR="${DESTDIR:-}"
+
+[ -x "$BIN" ] || die "no crilet binary at $BIN (run: cargo build --release)"
+[ -n "$DESTDIR" ] || require_root
+
+install -D -m 0755 "$BIN" "$DESTDIR/usr/local/bin/crilet"
+install -D -m 0644 "$UNIT" "$DESTDIR/etc/systemd/system/crilet.service"
+install -d -m 0755 "$DESTDIR/etc/crilet" "$DESTDIR/etc/crilet/manifests"
+# install -d leaves an existing directory's mode alone; the agent would refuse a loose one.
+chmod 0755 "$DESTDIR/etc/crilet" "$DESTDIR/etc/crilet/manifests"
+log "installed $DESTDIR/usr/local/bin/crilet, $DESTDIR/etc/systemd/system/crilet.service, $DESTDIR/etc/crilet/manifests"
+
+if [ -z "$DESTDIR" ] && systemd_is_init; then
+    systemctl daemon-reload
+    systemctl enable crilet.service
+    log "enabled crilet.service; start it with: systemctl start crilet"
+else
+    log "systemd is not PID 1 here (or DESTDIR is set), so not running; on a systemd node:"
+    echo "    systemctl daemon-reload"
+    echo "    systemctl enable crilet.service"
+    echo "    systemctl start crilet    # when you want it running"
+fi

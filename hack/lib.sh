@@ -1,0 +1,257 @@
+# shellcheck shell=bash disable=SC2034  # variables are used by the scripts that source this
+# hack/lib.sh — shared layout and helpers for crilet's test-environment scripts.
+#
+# Usage: source it from another hack/ script (it is not meant to be run):
+#     . "$(dirname "$0")/lib.sh"
+# Layout (fixed, other scripts and the tests rely on it):
+#     /var/lib/crilet-dev  persistent: containerd root+config, registry storage, image builds, logs
+#     /run/crilet-dev      runtime:    sockets, pid files, runc/CNI state, the env file
+# Our containerd listens on /run/crilet-dev/containerd/containerd.sock, the registry on
+# 127.0.0.1:5099 (named localhost:5099 in image references). Nothing here touches the
+# system containerd (/run/containerd, /var/lib/containerd, /etc/containerd).
+# Every helper is safe to call when the environment is only half set up.
+
+# Static pods run as root and crilet refuses group/other-writable manifests: keep what we
+# create at 0755/0644 whatever the caller's umask is.
+umask 022
+
+HACK_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO_ROOT="$(cd "$HACK_DIR/.." && pwd)"
+
+CRILET_DEV=/var/lib/crilet-dev
+CRILET_RUN=/run/crilet-dev
+LOG_DIR="$CRILET_DEV/logs"
+ENV_FILE="$CRILET_RUN/env"
+
+# --- containerd (ours) -------------------------------------------------------------------
+CONTAINERD_DIR="$CRILET_DEV/containerd"
+CONTAINERD_CONFIG="$CONTAINERD_DIR/config.toml"
+CONTAINERD_ROOT="$CONTAINERD_DIR/root"
+CONTAINERD_STATE="$CRILET_RUN/containerd/state"
+CONTAINERD_SOCK="$CRILET_RUN/containerd/containerd.sock"
+CONTAINERD_PIDFILE="$CRILET_RUN/containerd.pid"
+CONTAINERD_LOG="$LOG_DIR/containerd.log"
+CONTAINERD_CERTS_D="$CONTAINERD_DIR/certs.d"
+CONTAINERD_OPT="$CONTAINERD_DIR/opt"
+# runc keeps its container state here instead of /run/containerd/runc.
+RUNC_ROOT="$CRILET_RUN/runc"
+K8S_NS=k8s.io
+
+# --- CNI ---------------------------------------------------------------------------------
+CNI_BIN_DIR=/usr/lib/cni
+CNI_CONF_DIR="$CRILET_DEV/cni/net.d"
+CNI_NETWORK=crilet
+CNI_BRIDGE=crilet0
+POD_CIDR=10.88.77.0/24
+# host-local's reservations live with the network namespaces' lifetime (tmp-like /run),
+# in a private directory so a teardown can tell our leases from anyone else's.
+CNI_IPAM_DIR="$CRILET_RUN/cni/ipam"
+# iptables chain that keeps pod traffic on this machine (see setup.sh: install_egress_guard).
+GUARD_CHAIN=CRILET-DEV-GUARD
+
+# --- registry ----------------------------------------------------------------------------
+REGISTRY_LISTEN=127.0.0.1:5099
+REGISTRY=localhost:5099
+REGISTRY_DIR="$CRILET_DEV/registry"
+REGISTRY_CONFIG="$REGISTRY_DIR/config.yml"
+REGISTRY_STORAGE="$REGISTRY_DIR/storage"
+REGISTRY_PIDFILE="$CRILET_RUN/registry.pid"
+REGISTRY_LOG="$LOG_DIR/registry.log"
+
+# --- images ------------------------------------------------------------------------------
+IMAGE_BUILD_DIR="$CRILET_DEV/images"
+IMAGE_PAUSE="$REGISTRY/pause:3.10"
+IMAGE_BUSYBOX="$REGISTRY/busybox:1.36"
+IMAGE_WEB_V1="$REGISTRY/web:v1"
+IMAGE_WEB_V2="$REGISTRY/web:v2"
+
+# --- crilet (started by demo.sh) ---------------------------------------------------------
+CRILET_PIDFILE="$CRILET_RUN/crilet.pid"
+CRILET_SOCK="$CRILET_RUN/crilet.sock"
+CRILET_LOG="$LOG_DIR/crilet.log"
+CRILET_ROOT_DIR="$CRILET_DEV/agent"
+CRILET_POD_LOGS_DIR="$CRILET_DEV/pod-logs"
+DEMO_MANIFESTS="$CRILET_DEV/demo-manifests"
+
+# ----------------------------------------------------------------------------------------
+log() { printf '[hack %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+warn() { printf '[hack %s] WARNING: %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { printf '[hack %s] ERROR: %s\n' "$(date +%H:%M:%S)" "$*" >&2; exit 1; }
+
+require_root() {
+    [ "$(id -u)" -eq 0 ] || die "must run as root (containerd, CNI and iptables need it)"
+}
+
+# ctr against OUR containerd only; never the default /run/containerd socket.
+ctrd() { ctr --address "$CONTAINERD_SOCK" "$@"; }
+ctrk() { ctr --address "$CONTAINERD_SOCK" -n "$K8S_NS" "$@"; }
+
+# wait_for SECONDS WHAT CMD... — poll CMD (quietly) until it succeeds or the deadline passes.
+wait_for() {
+    local secs="$1" what="$2"; shift 2
+    local deadline=$((SECONDS + secs))
+    until "$@" >/dev/null 2>&1; do
+        if [ "$SECONDS" -ge "$deadline" ]; then
+            warn "timed out after ${secs}s waiting for $what"
+            return 1
+        fi
+        sleep 0.2
+    done
+}
+
+# pid_cmdline PID — the process's argv joined by spaces (empty if it is gone).
+pid_cmdline() { { tr '\0' ' ' <"/proc/$1/cmdline"; } 2>/dev/null || true; }
+
+# live_pid PIDFILE MARKER — print the PID from PIDFILE if that process still runs and its
+# argv contains MARKER (a path private to us). A stale file, or a PID reused by an unrelated
+# process, yields nothing and status 1, so we never signal someone else's process.
+live_pid() {
+    local pidfile="$1" marker="$2" pid
+    [ -s "$pidfile" ] || return 1
+    pid="$(tr -dc '0-9' <"$pidfile")"
+    [ -n "$pid" ] && [ -d "/proc/$pid" ] || return 1
+    case "$(pid_cmdline "$pid")" in
+        *"$marker"*) echo "$pid" ;;
+        *) return 1 ;;
+    esac
+}
+
+# find_by_argv EXE MARKER — print the first PID whose argv[0] ends in EXE and whose argv
+# contains MARKER (our private config path); status 1 if none. Used only to re-adopt a
+# process of ours whose pid file was lost; the marker is a path nobody else uses, so this
+# cannot match a foreign process.
+find_by_argv() {
+    local exe="$1" marker="$2" d pid cmd
+    for d in /proc/[0-9]*; do
+        pid="${d#/proc/}"
+        cmd="$(pid_cmdline "$pid")"
+        case "$cmd" in
+            *"$marker"*) ;;
+            *) continue ;;
+        esac
+        case "${cmd%% *}" in
+            "$exe" | */"$exe") echo "$pid"; return 0 ;;
+        esac
+    done
+    return 1
+}
+
+# adopt PIDFILE EXE MARKER — make PIDFILE point at our running EXE if it is running.
+adopt() {
+    local pidfile="$1" exe="$2" marker="$3" pid
+    live_pid "$pidfile" "$marker" >/dev/null && return 0
+    pid="$(find_by_argv "$exe" "$marker")" || return 1
+    mkdir -p "$(dirname "$pidfile")"
+    echo "$pid" >"$pidfile"
+    log "re-adopted running $exe (pid $pid) into $pidfile"
+}
+
+# stop_pid PIDFILE MARKER NAME [GRACE] — SIGTERM, wait up to GRACE seconds, then SIGKILL.
+# Only the one process is signalled (never its group): containerd's shims must live on.
+stop_pid() {
+    local pidfile="$1" marker="$2" name="$3" grace="${4:-15}" pid deadline
+    if ! pid="$(live_pid "$pidfile" "$marker")"; then
+        rm -f "$pidfile"
+        return 0
+    fi
+    log "stopping $name (pid $pid)"
+    kill -TERM "$pid" 2>/dev/null || true
+    deadline=$((SECONDS + grace))
+    while [ -d "/proc/$pid" ] && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.2; done
+    if [ -d "/proc/$pid" ]; then
+        warn "$name (pid $pid) ignored SIGTERM for ${grace}s; sending SIGKILL"
+        kill -KILL "$pid" 2>/dev/null || true
+        wait_for 10 "$name to die" test ! -d "/proc/$pid" || true
+    fi
+    rm -f "$pidfile"
+}
+
+# start_daemon PIDFILE LOGFILE CMD... — run CMD detached from our session (so a CI job's
+# process-group cleanup or a closed terminal does not take it down) and record its PID.
+# setsid does not fork here (a non-interactive shell's background job is no group leader),
+# so $! is the daemon itself; the check below makes sure of it.
+start_daemon() {
+    local pidfile="$1" logfile="$2"; shift 2
+    mkdir -p "$(dirname "$pidfile")" "$(dirname "$logfile")"
+    setsid "$@" </dev/null >>"$logfile" 2>&1 &
+    local pid=$!
+    echo "$pid" >"$pidfile"
+    sleep 0.1
+    case "$(pid_cmdline "$pid")" in
+        *"$1"*) ;;
+        *) die "$1 exited right after start (see $logfile): $(tail -n 5 "$logfile" 2>/dev/null)" ;;
+    esac
+}
+
+containerd_pid() { live_pid "$CONTAINERD_PIDFILE" "$CONTAINERD_CONFIG"; }
+containerd_answers() { ctrd version >/dev/null 2>&1; }
+registry_pid() { live_pid "$REGISTRY_PIDFILE" "$REGISTRY_CONFIG"; }
+registry_answers() { curl -fsS --max-time 2 -o /dev/null "http://$REGISTRY_LISTEN/v2/" 2>/dev/null; }
+
+# registry_digest NAME TAG — manifest digest the local registry serves for NAME:TAG
+# (empty output if it has none).
+registry_digest() {
+    { curl -fsS --max-time 5 -o /dev/null -D - \
+        -H 'Accept: application/vnd.oci.image.manifest.v1+json' \
+        -H 'Accept: application/vnd.docker.distribution.manifest.v2+json' \
+        "http://$REGISTRY_LISTEN/v2/$1/manifests/$2" 2>/dev/null || true; } |
+        tr -d '\r' | awk -F': ' 'tolower($1)=="docker-content-digest" {print $2}'
+}
+
+start_registry() {
+    local pid
+    if adopt "$REGISTRY_PIDFILE" docker-registry "$REGISTRY_CONFIG"; then
+        pid="$(registry_pid)"
+        wait_for 30 "registry on $REGISTRY_LISTEN" registry_answers || die "registry (pid $pid) does not answer"
+        log "registry already running (pid $pid)"
+        return 0
+    fi
+    if registry_answers; then
+        die "something else already answers on http://$REGISTRY_LISTEN/v2/ — not ours, refusing to continue"
+    fi
+    mkdir -p "$REGISTRY_STORAGE"
+    start_daemon "$REGISTRY_PIDFILE" "$REGISTRY_LOG" docker-registry serve "$REGISTRY_CONFIG"
+    wait_for 30 "registry on $REGISTRY_LISTEN" registry_answers ||
+        die "registry did not come up; last log lines: $(tail -n 20 "$REGISTRY_LOG")"
+    log "registry started (pid $(cat "$REGISTRY_PIDFILE")) on $REGISTRY_LISTEN"
+}
+
+stop_registry() {
+    # Re-adopt a registry of ours whose pid file was lost, so it is not left behind.
+    adopt "$REGISTRY_PIDFILE" docker-registry "$REGISTRY_CONFIG" || true
+    stop_pid "$REGISTRY_PIDFILE" "$REGISTRY_CONFIG" registry 10
+}
+
+# systemd_is_init — true only when systemd is PID 1 (sd_booted(3)'s test plus the comm).
+systemd_is_init() {
+    [ -d /run/systemd/system ] && [ "$(cat /proc/1/comm 2>/dev/null)" = systemd ]
+}
+
+# --- CNI network definition --------------------------------------------------------------
+# Each plugin's JSON is kept separately so teardown.sh can run the same chain's DEL by hand
+# (there is no crictl here, and deleting containers with ctr bypasses the CRI plugin's CNI
+# teardown). The CRI plugin adds the loopback network (/usr/lib/cni/loopback) on its own,
+# so it is not part of this list.
+# ipMasq=false and the iptables guard in setup.sh keep pod traffic on this machine.
+cni_plugin_bridge() {
+    cat <<JSON
+{"type": "bridge", "bridge": "$CNI_BRIDGE", "isGateway": true, "ipMasq": false, "hairpinMode": true,
+ "ipam": {"type": "host-local", "dataDir": "$CNI_IPAM_DIR",
+          "ranges": [[{"subnet": "$POD_CIDR"}]], "routes": [{"dst": "0.0.0.0/0"}]}}
+JSON
+}
+cni_plugin_portmap() {
+    echo '{"type": "portmap", "capabilities": {"portMappings": true}}'
+}
+cni_conflist() {
+    cat <<JSON
+{
+  "cniVersion": "1.0.0",
+  "name": "$CNI_NETWORK",
+  "plugins": [
+    $(cni_plugin_bridge),
+    $(cni_plugin_portmap)
+  ]
+}
+JSON
+}

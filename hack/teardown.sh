@@ -1,0 +1,217 @@
+#!/usr/bin/env bash
+# hack/teardown.sh — stop crilet's test environment and remove every pod it left behind.
+#
+# Usage: hack/teardown.sh [--all]
+#   (default) stop the crilet started by demo.sh, kill and delete every container and pod
+#             sandbox in our containerd's k8s.io namespace (with the CNI teardown the CRI
+#             plugin would do: portmap/bridge DEL, netns removal), delete bridge crilet0 and
+#             the egress guard, stop our containerd and the registry. Images, the registry's
+#             data and the containerd root stay, so the next setup.sh is fast.
+#   --all     also delete /var/lib/crilet-dev and /run/crilet-dev entirely.
+# Only processes recorded in /run/crilet-dev/*.pid (or running with our private config
+# paths) are signalled; the system containerd and foreign network namespaces are left alone.
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+
+ALL=0
+for arg in "$@"; do
+    case "$arg" in
+        --all) ALL=1 ;;
+        -h | --help) sed -n '2,12p' "$0"; exit 0 ;;
+        *) die "unknown argument: $arg (usage: $0 [--all])" ;;
+    esac
+done
+require_root
+T0=$SECONDS
+
+# ------------------------------------------------------------------------------------------
+stop_crilet() {
+    adopt "$CRILET_PIDFILE" crilet "$CRILET_SOCK" || true
+    # crilet leaves its containers running when it stops (like the kubelet); they are
+    # removed below.
+    stop_pid "$CRILET_PIDFILE" "$CRILET_SOCK" crilet 15
+    rm -f "$CRILET_SOCK"
+}
+
+# ------------------------------------------------------------------------------------------
+# CNI: what the CRI plugin's StopPodSandbox would do, by hand (see lib.sh).
+cni_del() {
+    local id="$1" netns="$2" plugin conf type
+    [ -e "$netns" ] || netns=""
+    # DEL runs the chain in reverse order.
+    for plugin in cni_plugin_portmap cni_plugin_bridge; do
+        conf="$("$plugin" | jq -c --arg name "$CNI_NETWORK" '. + {cniVersion: "1.0.0", name: $name}')"
+        type="$(jq -r .type <<<"$conf")"
+        if ! CNI_COMMAND=DEL CNI_CONTAINERID="$id" CNI_NETNS="$netns" CNI_IFNAME=eth0 \
+            CNI_PATH="$CNI_BIN_DIR" "$CNI_BIN_DIR/$type" <<<"$conf" >/dev/null; then
+            warn "CNI DEL ($type) failed for sandbox ${id:0:12}"
+        fi
+    done
+}
+
+# netns_is_ours NAME — the namespace's interface hangs off our bridge, or holds an address
+# leased from our private host-local store. Either is impossible for another runtime's pod.
+netns_is_ours() {
+    local ns="$1" peer ip
+    for peer in $(ip -n "$ns" -o link show 2>/dev/null | sed -n 's/^[0-9]*: [^@]*@if\([0-9]*\):.*/\1/p'); do
+        ip -o link show 2>/dev/null | grep -q "^$peer: .* master $CNI_BRIDGE " && return 0
+    done
+    for ip in $(ip -n "$ns" -4 -o addr show 2>/dev/null | awk '{print $4}' | cut -d/ -f1); do
+        [ -e "$CNI_IPAM_DIR/$CNI_NETWORK/$ip" ] && return 0
+    done
+    return 1
+}
+
+delete_netns() {
+    local path="$1" name
+    name="$(basename "$path")"
+    if [ "$(dirname "$path")" = /var/run/netns ] || [ "$(dirname "$path")" = /run/netns ]; then
+        ip netns delete "$name" 2>/dev/null || true
+    fi
+    if [ -e "$path" ]; then
+        umount "$path" 2>/dev/null || true
+        rm -f "$path" 2>/dev/null || true
+    fi
+    # Happens when /run/netns was bind-mounted over itself (`ip netns add` does that) after
+    # the namespace was mounted: the nsfs mount is then hidden and cannot be reached by path.
+    [ ! -e "$path" ] || warn "could not remove network namespace $path"
+}
+
+# task_ids — "ID STATUS" of every task in the k8s.io namespace.
+task_ids() {
+    ctrk tasks ls 2>/dev/null | awk 'NR > 1 {print $1 " " $3}'
+}
+
+remove_k8s_containers() {
+    local ids sandboxes id info netns cg ctrl
+    local -a netns_paths=() cgroups=()
+    ids="$(ctrk containers ls -q 2>/dev/null || true)"
+    sandboxes="$(ctrk containers ls -q 'labels."io.cri-containerd.kind"==sandbox' 2>/dev/null || true)"
+    if [ -z "$ids" ]; then
+        log "no containers in our containerd's $K8S_NS namespace"
+        return 0
+    fi
+    log "removing $(wc -w <<<"$ids") containers ($(wc -w <<<"$sandboxes") pod sandboxes) from $K8S_NS"
+
+    # Remember each sandbox's netns and pod cgroup before the containers' records are gone.
+    for id in $sandboxes; do
+        info="$(ctrk containers info "$id" 2>/dev/null || echo '{}')"
+        netns="$(jq -r '.Spec.linux.namespaces[]? | select(.type == "network") | .path // empty' <<<"$info")"
+        cg="$(jq -r '.Spec.linux.cgroupsPath // empty' <<<"$info")"
+        netns_paths+=("$id ${netns:-none}")
+        if [ -n "$cg" ]; then cgroups+=("$(dirname "$cg")"); fi
+    done
+
+    # Everything dies at once: this is cleanup, not a graceful pod termination.
+    for id in $ids; do ctrk tasks kill -s SIGKILL "$id" >/dev/null 2>&1 || true; done
+    local deadline=$((SECONDS + 20)) running
+    while :; do
+        running="$(task_ids | awk '$2 == "RUNNING" || $2 == "PAUSED" || $2 == "PAUSING" {print $1}')"
+        [ -z "$running" ] && break
+        if [ "$SECONDS" -ge "$deadline" ]; then
+            warn "tasks still running after SIGKILL: $running"
+            break
+        fi
+        sleep 0.2
+    done
+    for id in $(task_ids | awk '{print $1}'); do
+        ctrk tasks delete "$id" >/dev/null 2>&1 || ctrk tasks delete -f "$id" >/dev/null 2>&1 ||
+            warn "could not delete task ${id:0:12}"
+    done
+    for id in $ids; do
+        ctrk containers delete "$id" >/dev/null 2>&1 || warn "could not delete container ${id:0:12}"
+    done
+
+    local entry
+    for entry in "${netns_paths[@]}"; do
+        id="${entry%% *}"; netns="${entry#* }"
+        [ "$netns" = none ] && netns=""
+        cni_del "$id" "$netns"
+        if [ -n "$netns" ]; then delete_netns "$netns"; fi
+    done
+    # Pod-level cgroups (kubepods/.../pod<uid>) are created by runc as parents of the
+    # sandbox's cgroup and outlive it; rmdir only succeeds on empty ones.
+    for cg in "${cgroups[@]}"; do
+        for ctrl in /sys/fs/cgroup/*/ /sys/fs/cgroup/; do
+            [ -d "$ctrl${cg#/}" ] && rmdir "$ctrl${cg#/}" 2>/dev/null || true
+        done
+    done
+}
+
+remove_orphan_netns() {
+    local path name
+    for path in /var/run/netns/cni-*; do
+        [ -e "$path" ] || continue
+        name="$(basename "$path")"
+        if netns_is_ours "$name"; then
+            log "removing leftover network namespace $name"
+            delete_netns "$path"
+        fi
+    done
+}
+
+# Sandboxes deleted behind the CRI plugin's back keep their /dev/shm mount under our state
+# dir; unmount those whose container no longer exists (the CRI plugin drops the directories
+# at its next start).
+unmount_orphan_sandbox_shm() {
+    local existing="$1" mnt id
+    while read -r mnt; do
+        id="$(basename "$(dirname "$mnt")")"
+        grep -qx "$id" <<<"$existing" && continue
+        umount "$mnt" 2>/dev/null || warn "could not unmount $mnt"
+    done < <(awk -v p="$CONTAINERD_STATE/io.containerd.grpc.v1.cri/sandboxes/" \
+        'index($5, p) == 1 && $5 ~ /\/shm$/ {print $5}' /proc/self/mountinfo)
+}
+
+remove_network() {
+    if ip link show "$CNI_BRIDGE" >/dev/null 2>&1; then
+        log "deleting bridge $CNI_BRIDGE"
+        ip link delete "$CNI_BRIDGE" type bridge || warn "could not delete bridge $CNI_BRIDGE"
+    fi
+    if iptables -w -S "$GUARD_CHAIN" >/dev/null 2>&1; then
+        while iptables -w -D FORWARD -j "$GUARD_CHAIN" 2>/dev/null; do :; done
+        iptables -w -F "$GUARD_CHAIN" && iptables -w -X "$GUARD_CHAIN" ||
+            warn "could not remove iptables chain $GUARD_CHAIN"
+    fi
+}
+
+# ------------------------------------------------------------------------------------------
+stop_crilet
+
+remaining=""
+if [ -f "$CONTAINERD_CONFIG" ]; then
+    # Pods can only be removed through containerd: start ours if it is down (its shims may
+    # still run containers from before).
+    if ! containerd_pid >/dev/null; then
+        log "starting our containerd to clean up"
+        bash "$HACK_DIR/containerd.sh" start
+    fi
+    remove_k8s_containers
+    remaining="$(ctrk containers ls -q 2>/dev/null || true)"
+fi
+remove_orphan_netns
+if [ -z "$remaining" ] && [ -d "$CNI_IPAM_DIR" ]; then
+    # No sandbox of ours is left, so no lease in our private store can be live.
+    find "$CNI_IPAM_DIR" -mindepth 1 -delete
+fi
+remove_network
+bash "$HACK_DIR/containerd.sh" stop
+[ -d "$CONTAINERD_STATE" ] && unmount_orphan_sandbox_shm "$remaining"
+stop_registry
+rm -f "$ENV_FILE"
+
+if [ "$ALL" = 1 ]; then
+    # Refuse to rm -rf across a live mount (it would delete through it).
+    for dir in "$CRILET_DEV" "$CRILET_RUN"; do
+        awk -v p="$dir/" 'index($5, p) == 1 {print $5}' /proc/self/mountinfo | sort -r |
+            while read -r mnt; do umount "$mnt" 2>/dev/null || umount -l "$mnt" || true; done
+        if awk -v p="$dir/" 'index($5, p) == 1 {found=1} END {exit !found}' /proc/self/mountinfo; then
+            die "mounts remain under $dir; not deleting it"
+        fi
+    done
+    log "removing $CRILET_DEV and $CRILET_RUN"
+    rm -rf "$CRILET_DEV" "$CRILET_RUN"
+fi
+
+[ -n "$remaining" ] && warn "containers still in $K8S_NS: $remaining"
+echo "crilet-dev torn down in $((SECONDS - T0))s$([ "$ALL" = 1 ] && echo ' (all data removed)' || echo '; images and registry data kept')"
