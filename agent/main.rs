@@ -226,6 +226,7 @@ async fn main() {
                 .unwrap_or_else(|_| "info,h2=warn,tower=warn,hyper=warn".into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
     let result = match cli.command {

@@ -179,6 +179,9 @@ impl Supervisor {
 
     /// Runs until cancelled: applies manifest changes and starts pods that waited for an old UID.
     pub async fn run(mut self, mut manifests: watch::Receiver<ManifestSet>) {
+        // Whatever changed since the caller's first look.
+        let current = manifests.borrow_and_update().clone();
+        self.apply(&current);
         loop {
             tokio::select! {
                 _ = self.cancel.cancelled() => break,
