@@ -34,6 +34,7 @@ set -a
 set +a
 
 cd "$REPO_ROOT"
+bash "$HACK_DIR/verify-unit.sh"
 status=0
 cargo test --workspace -- --test-threads=2 "$@" || status=$?
 exit "$status"
