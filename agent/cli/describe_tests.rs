@@ -1,0 +1,222 @@
+use jiff::tz::TimeZone;
+use serde_json::json;
+
+use super::*;
+use crate::cli::describe_containers::describe_probe;
+use crate::cli::fixtures::{ago, now, pod, running, with_last_exit};
+use crate::proto;
+
+fn event(secs_ago: i64, kind: &str, reason: &str, count: u32, message: &str) -> EventView {
+    EventView::from(&proto::Event {
+        time: ago(secs_ago),
+        r#type: kind.into(),
+        reason: reason.into(),
+        object: "default/web/app".into(),
+        message: message.into(),
+        count,
+    })
+}
+
+#[test]
+fn describe_running_pod() {
+    let p = pod(json!({
+        "metadata": {"labels": {"tier": "front", "app": "web"},
+                     "annotations": {"crilet.io/log-directory": "/var/log/pods/default_web_u-1"}},
+        "spec": {
+            "containers": [{
+                "name": "app", "image": "busybox", "command": ["sh", "-c"], "args": ["httpd -f -p 8080"],
+                "ports": [{"containerPort": 8080, "protocol": "TCP"}],
+                "readinessProbe": {"httpGet": {"path": "/", "port": 8080}, "periodSeconds": 5},
+                "env": [{"name": "MODE", "value": "prod"},
+                        {"name": "POD", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}}],
+                "volumeMounts": [{"name": "cache", "mountPath": "/cache"}],
+                "resources": {"limits": {"memory": "64Mi"}},
+            }],
+            "volumes": [{"name": "cache", "emptyDir": {}}],
+            "readinessGates": [{"conditionType": "example.com/lb"}],
+        },
+        "status": {
+            "hostIP": "192.168.1.10",
+            "conditions": [{"type": "Initialized", "status": "True"}, {"type": "Ready", "status": "True"},
+                           {"type": "example.com/lb", "status": "True"}],
+            "containerStatuses": [with_last_exit(running("app", true, 1), 60)],
+        },
+    }));
+    let events = [
+        event(10, "Warning", "BackOff", 3, "Back-off restarting failed container"),
+        event(120, "Normal", "Started", 1, "Started container app"),
+    ];
+    let warnings = ["spec.containers[0].resources: not enforced".to_string()];
+    let input = DescribeInput {
+        pod: &p,
+        manifest_file: "/etc/crilet/manifests/web.yaml",
+        warnings: &warnings,
+        events: &events,
+    };
+    let want = "\
+Name:         web
+Namespace:    default
+Node:         node1/192.168.1.10
+Start Time:   Mon, 06 May 2024 11:55:00 +0000
+Manifest:     /etc/crilet/manifests/web.yaml
+Labels:       app=web
+              tier=front
+Annotations:  crilet.io/log-directory: /var/log/pods/default_web_u-1
+Status:       Running
+IP:           10.88.0.5
+IPs:
+  IP:  10.88.0.5
+Containers:
+  app:
+    Container ID:  containerd://app-id
+    Image:         busybox
+    Image ID:      docker.io/library/busybox@sha256:abc
+    Port:          8080/TCP
+    Host Port:     0/TCP
+    Command:
+      sh
+      -c
+    Args:
+      httpd -f -p 8080
+    State:          Running
+      Started:      Mon, 06 May 2024 11:58:00 +0000
+    Last State:     Terminated
+      Reason:       Error
+      Exit Code:    1
+      Started:      Mon, 06 May 2024 11:58:55 +0000
+      Finished:     Mon, 06 May 2024 11:59:00 +0000
+    Ready:          True
+    Restart Count:  1
+    Limits:
+      memory:   64Mi
+    Readiness:  http-get http://:8080/ delay=0s timeout=1s period=5s #success=1 #failure=3
+    Environment:
+      MODE:  prod
+      POD:   web (v1:metadata.name)
+    Mounts:
+      /cache from cache (rw)
+Readiness Gates:
+  Type             Status
+  example.com/lb   True 
+Conditions:
+  Type             Status
+  Initialized      True 
+  Ready            True 
+  example.com/lb   True 
+Volumes:
+  cache:
+    Type:        EmptyDir (a temporary directory that shares a pod's lifetime)
+    Medium:      
+    SizeLimit:   <unset>
+QoS Class:       Burstable
+Node-Selectors:  <none>
+Tolerations:     <none>
+Warnings:
+  spec.containers[0].resources: not enforced
+Events:
+  Type     Reason   Age       From    Message
+  ----     ------   ----      ----    -------
+  Normal   Started  2m        crilet  Started container app
+  Warning  BackOff  10s (x3)  crilet  Back-off restarting failed container
+";
+    let got = describe_pod(&input, now(), &TimeZone::UTC);
+    assert_eq!(got, want, "\n--- got ---\n{got}");
+}
+
+#[test]
+fn describe_sparse_pod() {
+    let p = pod(json!({
+        "metadata": {"deletionTimestamp": ago(4), "deletionGracePeriodSeconds": 30},
+        "spec": {"nodeName": null, "initContainers": [{"name": "init", "image": "busybox"}]},
+        "status": {"podIPs": null, "podIP": null, "startTime": null, "conditions": null,
+                   "initContainerStatuses": [{"name": "init", "ready": false, "restartCount": 0, "image": "busybox",
+                                               "imageID": "", "state": {"waiting": {"reason": "PodInitializing"}}}],
+                   "containerStatuses": null},
+    }));
+    let input = DescribeInput { pod: &p, manifest_file: "", warnings: &[], events: &[] };
+    let got = describe_pod(&input, now(), &TimeZone::UTC);
+    let want = "\
+Name:                      web
+Namespace:                 default
+Node:                      <none>
+Manifest:                  <none>
+Labels:                    <none>
+Annotations:               <none>
+Status:                    Terminating (lasts 4s)
+Termination Grace Period:  30s
+IP:                        
+IPs:                       <none>
+Init Containers:
+  init:
+    Container ID:   
+    Image:          busybox
+    Image ID:       
+    Port:           <none>
+    Host Port:      <none>
+    State:          Waiting
+      Reason:       PodInitializing
+    Ready:          False
+    Restart Count:  0
+    Environment:    <none>
+    Mounts:         <none>
+Containers:
+  app:
+    Image:        busybox
+    Port:         <none>
+    Host Port:    <none>
+    Environment:  <none>
+    Mounts:       <none>
+Volumes:          <none>
+QoS Class:        BestEffort
+Node-Selectors:   <none>
+Tolerations:      <none>
+Warnings:         <none>
+Events:           <none>
+";
+    assert_eq!(got, want, "\n--- got ---\n{got}");
+}
+
+#[test]
+fn probe_one_liners() {
+    let probe = |v: serde_json::Value| serde_json::from_value(v).expect("valid probe");
+    let cases = [
+        (
+            json!({"httpGet": {"path": "/healthz", "port": 8080}}),
+            "http-get http://:8080/healthz delay=0s timeout=1s period=10s #success=1 #failure=3",
+        ),
+        (
+            json!({"httpGet": {"host": "::1", "port": "web", "scheme": "HTTPS"}, "initialDelaySeconds": 3}),
+            "http-get https://[::1]:web delay=3s timeout=1s period=10s #success=1 #failure=3",
+        ),
+        (
+            json!({"exec": {"command": ["cat", "/tmp/ok"]}, "failureThreshold": 1}),
+            "exec [cat /tmp/ok] delay=0s timeout=1s period=10s #success=1 #failure=1",
+        ),
+        (
+            json!({"tcpSocket": {"port": 5432}, "timeoutSeconds": 2}),
+            "tcp-socket :5432 delay=0s timeout=2s period=10s #success=1 #failure=3",
+        ),
+        (
+            json!({"grpc": {"port": 9090}}),
+            "grpc <pod>:9090  delay=0s timeout=1s period=10s #success=1 #failure=3",
+        ),
+    ];
+    for (p, want) in cases {
+        assert_eq!(describe_probe(&probe(p)), want);
+    }
+}
+
+#[test]
+fn qos_cases() {
+    let with = |resources: serde_json::Value| {
+        qos_class(&pod(
+            json!({"spec": {"containers": [{"name": "app", "image": "b", "resources": resources}]}}),
+        ))
+    };
+    assert_eq!(with(json!({})), "BestEffort");
+    assert_eq!(with(json!({"limits": {"cpu": "1", "memory": "1Gi"}})), "Guaranteed");
+    assert_eq!(
+        with(json!({"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "500m"}})),
+        "Burstable"
+    );
+}

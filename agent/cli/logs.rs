@@ -1,0 +1,343 @@
+//! `crilet logs`: reads the CRI log files the runtime writes (`<log dir>/<container>/<N>.log`, one
+//! file per container instance) the way the kubelet serves them: which instance (current or
+//! `--previous`) follows the kubelet's rules, lines are de-framed from the CRI format, and `-f`
+//! follows the running instance until it exits. The pod comes from the agent (`GetPod`).
+
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context;
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+
+use super::format::s;
+use super::{LogsArgs, ServerError, get_pod};
+
+/// Pod annotation (set by the agent) holding the absolute path of the pod's log directory.
+pub const LOG_DIRECTORY_ANNOTATION: &str = "crilet.io/log-directory";
+/// `--pod-logs-dir`'s default, used when a pod lacks the annotation.
+const DEFAULT_POD_LOGS_DIR: &str = "/var/log/pods";
+/// kubectl's annotation naming the container `logs` picks by default.
+const DEFAULT_CONTAINER_ANNOTATION: &str = "kubectl.kubernetes.io/default-container";
+const POLL: Duration = Duration::from_millis(200);
+/// Every this many polls, ask the agent whether the followed instance still runs.
+const STATUS_EVERY: u32 = 5;
+
+/// One record of a CRI log file: `<RFC3339Nano> <stdout|stderr> <P|F>[:tags] <content>`.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct CriLine<'a> {
+    pub time: &'a [u8],
+    /// A `P` record: the content continues in the next record.
+    pub partial: bool,
+    pub content: &'a [u8],
+}
+
+/// Parses one record (its trailing newline optional); `None` for a malformed one, which the
+/// kubelet skips too.
+pub(crate) fn parse_cri_line(line: &[u8]) -> Option<CriLine<'_>> {
+    let line = line.strip_suffix(b"\n").unwrap_or(line);
+    let mut parts = line.splitn(4, |&b| b == b' ');
+    let time = parts.next()?;
+    std::str::from_utf8(time).ok()?.parse::<jiff::Timestamp>().ok()?;
+    if !matches!(parts.next()?, b"stdout" | b"stderr") {
+        return None;
+    }
+    let tag = parts.next()?;
+    let partial = tag.split(|&b| b == b':').next() == Some(b"P");
+    Some(CriLine { time, partial, content: parts.next().unwrap_or_default() })
+}
+
+/// Turns CRI records into the text `kubectl logs` prints: partial records joined, and with
+/// `--timestamps` each line prefixed by the time of its first record.
+#[derive(Debug)]
+pub(crate) struct LogPrinter {
+    timestamps: bool,
+    at_line_start: bool,
+}
+
+impl LogPrinter {
+    pub(crate) fn new(timestamps: bool) -> Self {
+        Self { timestamps, at_line_start: true }
+    }
+
+    pub(crate) fn push(&mut self, record: &[u8], out: &mut Vec<u8>) {
+        let Some(line) = parse_cri_line(record) else { return };
+        if self.timestamps && self.at_line_start {
+            out.extend_from_slice(line.time);
+            out.push(b' ');
+        }
+        out.extend_from_slice(line.content);
+        if !line.partial {
+            out.push(b'\n');
+        }
+        self.at_line_start = !line.partial;
+    }
+}
+
+/// Picks the container like kubectl: the named one, else the default-container annotation,
+/// else the first, with kubectl's notices for stderr.
+pub(crate) fn pick_container(pod: &Pod, requested: Option<&str>) -> Result<(String, Vec<String>), String> {
+    let spec = pod.spec.clone().unwrap_or_default();
+    let pod_name = s(&pod.metadata.name);
+    let init = spec.init_containers.clone().unwrap_or_default();
+    let exists = |n: &str| spec.containers.iter().chain(&init).any(|c| c.name == n);
+    if let Some(name) = requested {
+        return match exists(name) {
+            true => Ok((name.to_string(), Vec::new())),
+            false => Err(format!("container {name} is not valid for pod {pod_name}")),
+        };
+    }
+    let mut notices = Vec::new();
+    if let Some(name) = pod.metadata.annotations.as_ref().and_then(|a| a.get(DEFAULT_CONTAINER_ANNOTATION)) {
+        if exists(name) {
+            return Ok((name.clone(), notices));
+        }
+        notices.push(format!("Default container name {name:?} not found in pod {pod_name}"));
+    }
+    let Some(first) = spec.containers.first() else {
+        return Err(format!("pod {pod_name} does not have any containers"));
+    };
+    if spec.containers.len() > 1 || !init.is_empty() {
+        let names: Vec<String> = spec
+            .containers
+            .iter()
+            .map(|c| c.name.clone())
+            .chain(init.iter().map(|c| format!("{} (init)", c.name)))
+            .collect();
+        notices.push(format!("Defaulted container {:?} out of: {}", first.name, names.join(", ")));
+    }
+    Ok((first.name.clone(), notices))
+}
+
+/// Which instance's file (`N.log`) to read, by the kubelet's rules (`validateContainerLogStatus`).
+/// The newest instance's number is the status's restartCount. In back-off (waiting, with a
+/// last termination) the last state *is* that newest instance; otherwise it is the one before.
+pub(crate) fn select_log_file(
+    files: &[u32],
+    status: Option<&ContainerStatus>,
+    previous: bool,
+    container: &str,
+    pod: &str,
+) -> Result<u32, String> {
+    let newest = status.map_or(0, |st| u32::try_from(st.restart_count).unwrap_or(0));
+    let state = status.and_then(|st| st.state.clone()).unwrap_or_default();
+    let exited_before = status.and_then(|st| st.last_state.as_ref()).is_some_and(|l| l.terminated.is_some());
+    let waiting = state.running.is_none() && state.terminated.is_none();
+    let highest_below = |limit: u32| files.iter().copied().filter(|&n| n < limit).max();
+    if previous {
+        let limit = if waiting { newest.saturating_add(1) } else { newest };
+        return highest_below(limit)
+            .filter(|_| exited_before)
+            .ok_or_else(|| format!("previous terminated container {container:?} in pod {pod:?} not found"));
+    }
+    let found = highest_below(newest.saturating_add(1));
+    let reason = state.waiting.as_ref().map_or("", |w| s(&w.reason));
+    match (status, &state.waiting) {
+        (Some(_), _) if !waiting || exited_before => found.ok_or_else(|| not_started(container, pod, reason)),
+        (Some(_), Some(_)) => Err(not_started(container, pod, reason)),
+        _ => Err(format!("container {container:?} in pod {pod:?} is waiting to start - no logs yet")),
+    }
+}
+
+fn not_started(container: &str, pod: &str, reason: &str) -> String {
+    let why = match reason {
+        "ErrImagePull" => "image can't be pulled",
+        "ImagePullBackOff" => "trying and failing to pull image",
+        "" => "ContainerCreating",
+        r => r,
+    };
+    format!("container {container:?} in pod {pod:?} is waiting to start: {why}")
+}
+
+/// Byte offset where the last `n` lines start (the kubelet's `FindTailLineStartIndex`).
+pub(crate) fn tail_offset<R: Read + Seek>(r: &mut R, n: usize) -> io::Result<u64> {
+    let len = r.seek(SeekFrom::End(0))?;
+    let mut end = len;
+    let mut seen = 0;
+    let mut buf = vec![0u8; 64 * 1024];
+    while end > 0 {
+        let size = usize::try_from(end.min(buf.len() as u64)).unwrap_or(buf.len());
+        let start = end - size as u64;
+        r.seek(SeekFrom::Start(start))?;
+        r.read_exact(&mut buf[..size])?;
+        for (i, _) in buf[..size].iter().enumerate().rev().filter(|&(_, &b)| b == b'\n') {
+            seen += 1;
+            if seen == n + 1 {
+                return Ok(start + i as u64 + 1);
+            }
+        }
+        end = start;
+    }
+    Ok(0)
+}
+
+/// The pod's status entry for a container (init or regular).
+fn container_status<'a>(pod: &'a Pod, name: &str) -> Option<&'a ContainerStatus> {
+    let status = pod.status.as_ref()?;
+    status.init_container_statuses.iter().chain(&status.container_statuses).flatten().find(|c| c.name == name)
+}
+
+fn log_directory(pod: &Pod) -> PathBuf {
+    let meta = &pod.metadata;
+    match meta.annotations.as_ref().and_then(|a| a.get(LOG_DIRECTORY_ANNOTATION)) {
+        Some(dir) => PathBuf::from(dir),
+        None => Path::new(DEFAULT_POD_LOGS_DIR).join(format!(
+            "{}_{}_{}",
+            s(&meta.namespace),
+            s(&meta.name),
+            s(&meta.uid)
+        )),
+    }
+}
+
+/// The instance numbers `N` of the `N.log` files in a container's log directory.
+fn log_files(dir: &Path) -> io::Result<Vec<u32>> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut files = Vec::new();
+    for entry in entries {
+        let name = entry?.file_name();
+        if let Some(n) = name.to_str().and_then(|n| n.strip_suffix(".log")).and_then(|n| n.parse().ok()) {
+            files.push(n);
+        }
+    }
+    Ok(files)
+}
+
+/// An open log file, read record by record from `offset`.
+struct LogFile {
+    reader: BufReader<File>,
+    ino: u64,
+    offset: u64,
+    /// Bytes of a record whose newline has not been written yet.
+    pending: Vec<u8>,
+}
+
+impl LogFile {
+    fn open(path: &Path) -> io::Result<Self> {
+        let file = File::open(path)?;
+        let ino = file.metadata()?.ino();
+        Ok(Self { reader: BufReader::new(file), ino, offset: 0, pending: Vec::new() })
+    }
+
+    fn seek(&mut self, offset: u64) -> io::Result<()> {
+        self.offset = self.reader.seek(SeekFrom::Start(offset))?;
+        Ok(())
+    }
+
+    /// Prints every complete record up to the end of the file (and with `last`, an unterminated
+    /// final one); reports whether anything was read.
+    fn drain(&mut self, printer: &mut LogPrinter, last: bool) -> io::Result<bool> {
+        if self.reader.get_ref().metadata()?.len() < self.offset {
+            // Truncated in place: start over, as the kubelet does.
+            self.pending.clear();
+            self.seek(0)?;
+        }
+        let mut out = Vec::new();
+        let mut grew = false;
+        loop {
+            let n = self.reader.read_until(b'\n', &mut self.pending)?;
+            self.offset += n as u64;
+            grew |= n > 0;
+            if n == 0 || !self.pending.ends_with(b"\n") {
+                break;
+            }
+            printer.push(&self.pending, &mut out);
+            self.pending.clear();
+        }
+        if last && !self.pending.is_empty() {
+            printer.push(&std::mem::take(&mut self.pending), &mut out);
+        }
+        let mut stdout = io::stdout().lock();
+        stdout.write_all(&out)?;
+        stdout.flush()?;
+        Ok(grew)
+    }
+}
+
+pub(super) async fn run(args: LogsArgs) -> anyhow::Result<()> {
+    match logs(args).await {
+        // `crilet logs ... | head` is not an error.
+        Err(e) if e.downcast_ref::<io::Error>().is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe) => {
+            Ok(())
+        }
+        r => r,
+    }
+}
+
+async fn logs(args: LogsArgs) -> anyhow::Result<()> {
+    let mut client = crate::api::connect(&args.socket.control_socket).await?;
+    let (pod, _) = get_pod(&mut client, &args.namespace, &args.pod).await?;
+    let (name, notices) =
+        pick_container(&pod, args.container.as_deref()).map_err(ServerError::bad_request)?;
+    for notice in notices {
+        eprintln!("{notice}");
+    }
+    let status = container_status(&pod, &name).cloned();
+    let dir = log_directory(&pod).join(&name);
+    let files = log_files(&dir).with_context(|| format!("cannot list log files in {}", dir.display()))?;
+    let n = select_log_file(&files, status.as_ref(), args.previous, &name, &args.pod)
+        .map_err(ServerError::bad_request)?;
+    let path = dir.join(format!("{n}.log"));
+    let mut file =
+        LogFile::open(&path).with_context(|| format!("cannot open log file {}", path.display()))?;
+    let start = match usize::try_from(args.tail) {
+        Ok(lines) => tail_offset(file.reader.get_mut(), lines)?,
+        Err(_) => 0,
+    };
+    file.seek(start)?;
+    let mut printer = LogPrinter::new(args.timestamps);
+    // kubectl follows only the instance that is running now, and only until it exits.
+    let running_id = status
+        .filter(|st| st.state.as_ref().is_some_and(|s| s.running.is_some()))
+        .filter(|st| i64::from(st.restart_count) == i64::from(n))
+        .and_then(|st| st.container_id);
+    let follow_id = running_id.filter(|_| args.follow && !args.previous);
+    file.drain(&mut printer, follow_id.is_none())?;
+    let Some(id) = follow_id else { return Ok(()) };
+
+    let mut polls = 0;
+    let mut stopping = false;
+    loop {
+        tokio::time::sleep(POLL).await;
+        polls += 1;
+        if !stopping && polls % STATUS_EVERY == 0 {
+            stopping = !still_running(&mut client, &args, &name, &id).await;
+        }
+        // A rotated file (renamed, a new one opened at the same path): finish the old one first.
+        if std::fs::metadata(&path).is_ok_and(|m| m.ino() != file.ino) {
+            file.drain(&mut printer, true)?;
+            file = LogFile::open(&path)?;
+        }
+        let grew = file.drain(&mut printer, false)?;
+        if stopping && !grew {
+            file.drain(&mut printer, true)?;
+            return Ok(());
+        }
+    }
+}
+
+/// Whether the followed instance (`id`) is still the container's running one. An agent that
+/// does not answer is no reason to stop: the container keeps running without it.
+async fn still_running(
+    client: &mut crate::proto::control_client::ControlClient<tonic::transport::Channel>,
+    args: &LogsArgs,
+    name: &str,
+    id: &str,
+) -> bool {
+    match get_pod(client, &args.namespace, &args.pod).await {
+        Ok((pod, _)) => container_status(&pod, name).is_some_and(|st| {
+            st.container_id.as_deref() == Some(id) && st.state.as_ref().is_some_and(|s| s.running.is_some())
+        }),
+        Err(e) => e.downcast_ref::<ServerError>().is_none_or(|e| !e.is_not_found()),
+    }
+}
+
+#[cfg(test)]
+#[path = "logs_tests.rs"]
+mod tests;
