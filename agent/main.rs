@@ -32,6 +32,8 @@ struct Cli {
 enum Command {
     /// Run the node agent.
     Run(RunArgs),
+    #[command(flatten)]
+    Client(crilet::cli::CliCommand),
 }
 
 /// `crilet run` settings; every flag can also come from `--config` (same names, YAML).
@@ -180,7 +182,7 @@ async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
         .with_context(|| format!("creating {}", s.pod_logs_dir.display()))?;
 
     let cri = CriClient::new(&s.runtime_endpoint, &s.image_endpoint).context("configuring the CRI client")?;
-    let Some(_runtime) = wait_for_runtime(&cri, &s.runtime_endpoint, &cancel).await else { return Ok(()) };
+    let Some(runtime) = wait_for_runtime(&cri, &s.runtime_endpoint, &cancel).await else { return Ok(()) };
 
     let host_dns =
         std::fs::read_to_string("/etc/resolv.conf").map(|t| HostDns::parse(&t)).unwrap_or_default();
@@ -193,7 +195,22 @@ async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
     };
     let registry = Registry::default();
     let ctx = PodContext::new(cri.clone(), node, registry.clone());
-    let _ = &s.control_socket;
+    let api_task = {
+        let info = crilet::api::RuntimeInfo {
+            name: runtime.name.clone(),
+            version: runtime.version.clone(),
+            api_version: runtime.api_version.clone(),
+        };
+        let path = s.control_socket.clone();
+        let registry = registry.clone();
+        let cancel = cancel.clone();
+        tokio::spawn(async move {
+            if let Err(e) = crilet::api::serve(path, registry, info, cancel.clone()).await {
+                error!("control API: {e:#}");
+                cancel.cancel();
+            }
+        })
+    };
 
     let wakers = Wakers::default();
     let pleg_task = tokio::spawn(pleg::run(cri.clone(), wakers.clone(), cancel.clone()));
@@ -215,6 +232,7 @@ async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
     info!("first sync done; agent ready");
     sup.run(manifests).await;
     let _ = pleg_task.await;
+    let _ = api_task.await;
     Ok(())
 }
 
@@ -231,6 +249,13 @@ async fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(args) => run_agent(args).await,
+        Command::Client(cmd) => {
+            if let Err(e) = crilet::cli::run(cmd).await {
+                crilet::cli::print_error(&e);
+                std::process::exit(1);
+            }
+            Ok(())
+        }
     };
     if let Err(e) = result {
         error!("{e:#}");

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, RwLock};
 
 use k8s_openapi::api::core::v1::{Pod, PodCondition};
-use tokio::sync::broadcast;
+use tokio::sync::{Notify, broadcast};
 
 use crate::model::PodKey;
 
@@ -24,7 +24,9 @@ pub struct PodRecord {
 /// An event, as `crilet describe` and `crilet events` print it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Event {
+    /// The newest occurrence, and the first of the repeats counted in `count`.
     pub time: jiff::Timestamp,
+    pub first_time: jiff::Timestamp,
     /// `Normal` or `Warning`.
     pub kind: &'static str,
     pub reason: String,
@@ -48,6 +50,8 @@ struct Inner {
     event_tx: broadcast::Sender<Event>,
     /// Conditions set from outside (readiness gates), by pod.
     external_conditions: RwLock<BTreeMap<PodKey, Vec<PodCondition>>>,
+    /// Pod workers to wake when an outside condition of their pod changes.
+    wakers: Mutex<BTreeMap<PodKey, Arc<Notify>>>,
 }
 
 impl Default for Registry {
@@ -59,6 +63,7 @@ impl Default for Registry {
                 events: Mutex::default(),
                 event_tx,
                 external_conditions: RwLock::default(),
+                wakers: Mutex::default(),
             }),
         }
     }
@@ -76,6 +81,9 @@ impl Registry {
     pub fn remove_pod(&self, key: &PodKey) {
         if let Ok(mut pods) = self.inner.pods.write() {
             pods.remove(key);
+        }
+        if let Ok(mut c) = self.inner.external_conditions.write() {
+            c.remove(key);
         }
     }
 
@@ -96,8 +104,10 @@ impl Registry {
         reason: &str,
         message: String,
     ) {
+        let now = jiff::Timestamp::now();
         let mut ev = Event {
-            time: jiff::Timestamp::now(),
+            time: now,
+            first_time: now,
             kind,
             reason: reason.to_string(),
             pod: pod.clone(),
@@ -110,6 +120,7 @@ impl Registry {
             if last.reason == ev.reason && last.message == ev.message && last.kind == ev.kind {
                 last.count += 1;
                 last.time = ev.time;
+                // first_time stays: it is when this run of repeats began.
                 ev = last.clone();
                 let _ = self.inner.event_tx.send(ev);
                 return;
@@ -135,11 +146,24 @@ impl Registry {
 
     /// Sets (or with `None` status removes) a condition owned by an outside controller.
     pub fn set_external_condition(&self, pod: &PodKey, cond: PodCondition, remove: bool) {
-        let Ok(mut all) = self.inner.external_conditions.write() else { return };
-        let list = all.entry(pod.clone()).or_default();
-        list.retain(|c| c.type_ != cond.type_);
-        if !remove {
-            list.push(cond);
+        {
+            let Ok(mut all) = self.inner.external_conditions.write() else { return };
+            let list = all.entry(pod.clone()).or_default();
+            list.retain(|c| c.type_ != cond.type_);
+            if !remove {
+                list.push(cond);
+            }
+        }
+        let waker = self.inner.wakers.lock().ok().and_then(|w| w.get(pod).cloned());
+        if let Some(n) = waker {
+            n.notify_one();
+        }
+    }
+
+    /// The pod worker of `pod` wants a wake when an outside condition changes.
+    pub fn register_waker(&self, pod: &PodKey, notify: Arc<Notify>) {
+        if let Ok(mut w) = self.inner.wakers.lock() {
+            w.insert(pod.clone(), notify);
         }
     }
 

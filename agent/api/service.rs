@@ -122,6 +122,7 @@ fn event_to_proto(e: &Event) -> proto::Event {
         object,
         message: e.message.clone(),
         count: e.count,
+        first_time: e.first_time.to_string(),
     }
 }
 

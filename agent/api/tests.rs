@@ -190,6 +190,7 @@ fn backlog_overlap() {
     let at = |s: i64| jiff::Timestamp::from_second(1_700_000_000 + s).expect("valid time");
     let ev = |t, count| Event {
         time: at(t),
+        first_time: at(t),
         kind: "Warning",
         reason: "BackOff".into(),
         pod: key.clone(),

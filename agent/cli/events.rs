@@ -35,7 +35,7 @@ impl From<&proto::Event> for EventView {
         let pod = parts.next().unwrap_or_default().to_string();
         Self {
             time: e.time.parse().ok(),
-            first_time: None,
+            first_time: e.first_time.parse().ok(),
             kind: e.r#type.clone(),
             reason: e.reason.clone(),
             namespace,

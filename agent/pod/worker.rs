@@ -41,7 +41,7 @@ pub enum Desire {
 }
 
 /// Annotation on the published pod: the pod log directory (for `crilet logs`).
-pub const LOG_DIR_ANNOTATION: &str = "crilet.io/log-directory";
+pub const LOG_DIR_ANNOTATION: &str = crate::cli::LOG_DIRECTORY_ANNOTATION;
 
 struct Worker {
     ctx: Shared,
@@ -65,6 +65,7 @@ pub async fn run_worker(
     mut synced: Option<oneshot::Sender<()>>,
 ) {
     let span = info_span!("pod", pod = %initial.key, uid = %initial.uid);
+    ctx.registry.register_waker(&initial.key, wake.clone());
     let probes =
         ProbeManager::new(ctx.clone(), initial.key.clone(), &initial.uid, wake.clone(), cancel.child_token());
     let mut w = Worker {
