@@ -14,6 +14,7 @@ fn event(secs_ago: i64, kind: &str, reason: &str, count: u32, message: &str) -> 
         object: "default/web/app".into(),
         message: message.into(),
         count,
+        first_time: String::new(),
     })
 }
 

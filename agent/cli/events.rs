@@ -172,6 +172,7 @@ mod tests {
             object: object.into(),
             message: message.into(),
             count,
+            first_time: String::new(),
         })
     }
 
