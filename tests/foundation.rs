@@ -14,7 +14,7 @@ apiVersion: v1
 kind: Pod
 metadata:
   name: two
-  namespace: NS
+  namespace: __NS__
   labels: {app: two}
 spec:
   terminationGracePeriodSeconds: 5
@@ -33,7 +33,7 @@ spec:
 "#;
 
 fn two(ns: &str) -> String {
-    TWO.replace("NS", ns)
+    TWO.replace("__NS__", ns)
 }
 
 async fn running_pod(a: &Agent, name: &str) -> serde_json::Value {
