@@ -10,4 +10,5 @@ pub mod spec;
 pub mod start;
 pub mod supervisor;
 pub mod terminate;
+pub mod update;
 pub mod worker;

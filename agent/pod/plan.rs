@@ -3,7 +3,7 @@
 //!
 //! Each kubelet rule is written once here, with its spec rule number.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 
@@ -149,6 +149,13 @@ fn app_created_or_running(pod: &Pod, observed: &ObservedPod) -> bool {
 
 /// Computes the next actions for a pod that is not being terminated.
 pub fn plan(pod: &Pod, observed: &ObservedPod, probes: &ProbeResults) -> Plan {
+    plan_held(pod, observed, probes, &BTreeSet::new())
+}
+
+/// Like [`plan`], but running containers named in `held` are kept even when their definition
+/// changed: an in-place update holds them until their turn (wait period, image pulled, sidecars
+/// first).
+pub fn plan_held(pod: &Pod, observed: &ObservedPod, probes: &ProbeResults, held: &BTreeSet<String>) -> Plan {
     let policy = restart_policy(pod);
     let mut plan = Plan::default();
 
@@ -181,7 +188,7 @@ pub fn plan(pod: &Pod, observed: &ObservedPod, probes: &ProbeResults) -> Plan {
         return plan;
     }
 
-    let initialized = plan_init_containers(pod, observed, probes, &mut plan);
+    let initialized = plan_init_containers(pod, observed, probes, held, &mut plan);
     if plan.kill_pod.is_some() || !initialized {
         return plan;
     }
@@ -191,7 +198,7 @@ pub fn plan(pod: &Pod, observed: &ObservedPod, probes: &ProbeResults) -> Plan {
         let newest = observed.newest(&spec.name);
         match newest {
             Some(c) if c.state == ContainerState::Running => {
-                let (message, restart) = if container_changed(spec, c) {
+                let (message, restart) = if container_changed(spec, c) && !held.contains(&spec.name) {
                     // R2.4: a changed definition restarts regardless of restartPolicy.
                     (format!("Container {} definition changed", spec.name), true)
                 } else if probes.liveness.get(&c.id) == Some(&ProbeResult::Failure) {
@@ -247,7 +254,13 @@ fn succeeded(observed: &ObservedPod, name: &str) -> bool {
 
 /// R4.2 (`computeInitContainerActions`): fills init starts/kills; returns whether the pod is
 /// initialized.
-fn plan_init_containers(pod: &Pod, observed: &ObservedPod, probes: &ProbeResults, plan: &mut Plan) -> bool {
+fn plan_init_containers(
+    pod: &Pod,
+    observed: &ObservedPod,
+    probes: &ProbeResults,
+    held: &BTreeSet<String>,
+    plan: &mut Plan,
+) -> bool {
     let inits = init_containers(pod);
     if inits.is_empty() {
         return true;
@@ -306,7 +319,7 @@ fn plan_init_containers(pod: &Pod, observed: &ObservedPod, probes: &ProbeResults
                     } else if !previously_initialized {
                         starts.push(i + 1);
                     }
-                    if container_changed(spec, status) {
+                    if container_changed(spec, status) && !held.contains(&spec.name) {
                         kill(
                             status,
                             KillReason::SpecChanged,

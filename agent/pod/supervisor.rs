@@ -107,6 +107,12 @@ impl Supervisor {
                 }
                 Some(_) => {
                     info!(pod = %key, uid = %d.uid, "manifest changed; replacing the pod (new UID)");
+                    self.ctx.normal(
+                        key,
+                        None,
+                        "Recreating",
+                        format!("Manifest changed beyond images: the pod is stopped and replaced by a new one (UID {})", d.uid),
+                    );
                     self.terminate(key);
                     self.pending.insert(key.clone(), d.clone());
                 }

@@ -2,7 +2,7 @@
 //! wake (PLEG, probes), a spec change, a back-off expiry or the periodic resync.
 //! Termination is an explicit desire, never a side effect of the agent stopping.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,10 +14,13 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::backoff::Backoff;
 use super::context::{Shared, now_ns};
-use super::plan::{KillReason, PodKillReason, is_sidecar, plan};
+use super::plan::{KillReason, PodKillReason, ProbeResults, is_sidecar, plan_held};
 use super::spec::{Kind, pod_dir, pod_log_dir, sandbox_config, termination_grace};
-use super::start::{StartRequest, backoff_key, crash_backoff_wait, create_sandbox, start_container};
+use super::start::{
+    StartRequest, backoff_key, crash_backoff_wait, create_sandbox, ensure_image, start_container,
+};
 use super::terminate::{kill_one, kill_pod};
+use super::update::{self, PulledImage, UpdateState};
 use crate::model::{ContainerState, DesiredPod, ObservedPod, SandboxState};
 use crate::probe::manager::ProbeManager;
 use crate::registry::PodRecord;
@@ -51,6 +54,8 @@ struct Worker {
     status: Option<PodStatus>,
     termination_messages: BTreeMap<String, String>,
     probes: ProbeManager,
+    /// The current or last in-place update (kept under the pod directory).
+    update: Option<UpdateState>,
     first_seen: jiff::Timestamp,
 }
 
@@ -68,6 +73,7 @@ pub async fn run_worker(
     ctx.registry.register_waker(&initial.key, wake.clone());
     let probes =
         ProbeManager::new(ctx.clone(), initial.key.clone(), &initial.uid, wake.clone(), cancel.child_token());
+    let update = UpdateState::load(&update_state_path(&ctx, &initial.uid));
     let mut w = Worker {
         ctx: ctx.clone(),
         desired: initial,
@@ -76,6 +82,7 @@ pub async fn run_worker(
         status: None,
         termination_messages: BTreeMap::new(),
         probes,
+        update,
         first_seen: jiff::Timestamp::now(),
     };
     async move {
@@ -139,7 +146,11 @@ impl Worker {
     fn publish(&mut self, observed: &ObservedPod, terminating: bool) {
         let ctx = &self.ctx;
         let (_, probe_states) = self.probes.view();
-        let external = ctx.registry.external_conditions(&self.desired.key);
+        let mut external = ctx.registry.external_conditions(&self.desired.key);
+        if let Some(u) = &self.update {
+            external.retain(|c| c.type_ != update::CONDITION);
+            external.push(u.condition());
+        }
         let status = compute(&StatusInput {
             desired: &self.desired,
             observed,
@@ -210,12 +221,13 @@ impl Worker {
         self.read_termination_messages(&observed);
         let pod = self.desired.pod.clone();
         self.probes.reconcile(&pod, &observed, false);
+        let (probe_results, probe_states) = self.probes.view();
+        let (held, update_requeue) = self.step_update(&observed, &probe_results, &probe_states).await;
         self.publish(&observed, false);
-        let (probe_results, _) = self.probes.view();
-        let the_plan = plan(&pod, &observed, &probe_results);
+        let the_plan = plan_held(&pod, &observed, &probe_results, &held);
         if the_plan.is_empty() {
             self.collect_garbage(&observed).await;
-            return Ok(None);
+            return Ok(update_requeue);
         }
         debug!(plan = ?the_plan, "sync plan");
         let key = self.desired.key.clone();
@@ -366,6 +378,147 @@ impl Worker {
         }
     }
 
+    fn save_update(&self) {
+        if let Some(u) = &self.update {
+            if let Err(e) = u.save(&update_state_path(&self.ctx, &self.desired.uid)) {
+                warn!(error = %e, "saving the in-place update state failed");
+            }
+        }
+    }
+
+    /// One step of an in-place update (see `update`): returns the containers to hold and when to
+    /// come back.
+    async fn step_update(
+        &mut self,
+        observed: &ObservedPod,
+        probes: &ProbeResults,
+        probe_states: &BTreeMap<String, crate::model::ProbeState>,
+    ) -> (BTreeSet<String>, Option<i64>) {
+        let ctx = self.ctx.clone();
+        let pod = self.desired.pod.clone();
+        let key = self.desired.key.clone();
+        let now = now_ns();
+        let changed = update::changed_containers(&pod, observed);
+        let desired_images: BTreeMap<String, String> = all_containers(&pod)
+            .into_iter()
+            .map(|(c, _)| (c.name.clone(), c.image.unwrap_or_default()))
+            .collect();
+        if changed.is_empty() {
+            let Some(state) = self.update.as_mut().filter(|u| !u.done) else {
+                return (BTreeSet::new(), None);
+            };
+            // A container edited back to what it runs is no longer part of the update.
+            state.images.retain(|n, img| desired_images.get(n) == Some(img));
+            for (name, image) in state.images.clone() {
+                if !state.pulled.contains_key(&name) {
+                    if let Ok(Some(img)) = ctx.cri.image_id(&image).await {
+                        state.pulled.insert(name, PulledImage { id: img.id, repo_digests: img.repo_digests });
+                    }
+                }
+            }
+            if update::finished(&pod, observed, state, probe_states) {
+                state.done = true;
+                state.blocked = None;
+                state.transition = jiff::Timestamp::now().to_string();
+                info!("in-place update complete");
+                ctx.normal(
+                    &key,
+                    None,
+                    "InPlaceUpdated",
+                    "In-place update complete: every updated container runs its new image and is ready"
+                        .into(),
+                );
+            }
+            self.save_update();
+            return (BTreeSet::new(), None);
+        }
+
+        // Start an update, or fold a newer edit into the one under way (the newest spec wins).
+        let fresh = self.update.as_ref().is_none_or(|u| u.done);
+        if fresh {
+            self.update = Some(UpdateState {
+                started_ns: now,
+                transition: jiff::Timestamp::now().to_string(),
+                ..Default::default()
+            });
+        }
+        let Some(state) = self.update.as_mut() else { return (BTreeSet::new(), None) };
+        state.images.retain(|n, img| desired_images.get(n) == Some(img));
+        let mut newly: Vec<String> = Vec::new();
+        for (name, image) in &changed {
+            if state.images.get(name) != Some(image) {
+                state.images.insert(name.clone(), image.clone());
+                state.pulled.remove(name);
+                newly.push(format!("{name}: {image}"));
+            }
+        }
+        if !newly.is_empty() {
+            info!(containers = ?newly, "updating container images in place");
+            ctx.normal(
+                &key,
+                None,
+                "InPlaceUpdate",
+                format!("Updating in place (same sandbox and IP): {}", newly.join(", ")),
+            );
+            for (name, image) in &changed {
+                if update::floating_tag(image) {
+                    ctx.warning(&key, Some(name), "FloatingTag", format!("Image \"{image}\" uses a floating tag: an in-place update cannot tell which version will run"));
+                }
+            }
+        }
+        let grace_s: i64 = pod
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(update::GRACE_ANNOTATION))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let wait_until = state.started_ns + grace_s.max(0) * 1_000_000_000;
+        let waiting = now < wait_until;
+        let mut requeue = waiting.then_some(wait_until);
+        if !waiting {
+            // Pull every new image before stopping anything: a failed pull leaves the old
+            // container running.
+            let attempt = observed.sandbox().map_or(0, |s| s.attempt);
+            let sb_config = sandbox_config(&ctx.node, &self.desired, attempt);
+            let mut blocked: Option<String> = None;
+            for (name, image) in &changed {
+                if state.pulled.contains_key(name) {
+                    continue;
+                }
+                let Some((spec, _)) = all_containers(&pod).into_iter().find(|(c, _)| &c.name == name) else {
+                    continue;
+                };
+                match ensure_image(&ctx, &self.desired, &spec, &sb_config).await {
+                    Ok(_) => match ctx.cri.image_id(image).await {
+                        Ok(Some(img)) => {
+                            let pulled = PulledImage { id: img.id, repo_digests: img.repo_digests };
+                            if update::digest_matches(image, &pulled) {
+                                state.pulled.insert(name.clone(), pulled);
+                            } else {
+                                blocked = Some(format!(
+                                    "image {image} does not carry the digest it names (runtime has {})",
+                                    pulled.id
+                                ));
+                            }
+                        }
+                        _ => blocked = Some(format!("image {image} not present after pull")),
+                    },
+                    Err(e) => {
+                        blocked = Some(format!("{}: {}", e.reason, e.message));
+                        let at = now + 10_000_000_000;
+                        requeue = Some(requeue.map_or(at, |r| r.min(at)));
+                    }
+                }
+            }
+            state.blocked = blocked;
+        }
+        let pulled: BTreeSet<String> = state.pulled.keys().cloned().collect();
+        let held = update::held(&pod, observed, &changed, &pulled, waiting, probes);
+        self.save_update();
+        (held, requeue)
+    }
+
     /// R12.5 / R4.10: keep only the newest exited instance of each container, and remove dead
     /// sandboxes that are not the newest and hold no containers.
     async fn collect_garbage(&self, observed: &ObservedPod) {
@@ -438,6 +591,10 @@ impl Worker {
         }
         true
     }
+}
+
+fn update_state_path(ctx: &Shared, uid: &str) -> std::path::PathBuf {
+    pod_dir(&ctx.node, uid).join("inplace-update.json")
 }
 
 fn probe_grace(p: Option<&k8s_openapi::api::core::v1::Probe>) -> Option<Duration> {

@@ -2,6 +2,8 @@
 
 use k8s_openapi::api::core::v1::{Container, ExecAction, Pod, PodSpec, Probe};
 
+use std::collections::BTreeSet;
+
 use super::*;
 use crate::model::{ObservedContainer, ObservedPod, ObservedSandbox, SandboxState};
 use crate::pod::hash::container_hash;
@@ -411,4 +413,17 @@ fn probe_cases() {
             ..Default::default()
         },
     );
+}
+
+#[test]
+fn held_containers_are_kept() {
+    let none = ProbeResults::default();
+    let p = pod().sidecar("s").app("a").app("b").image("a", "img:2").image("s", "img:2");
+    let o = observed().ready().running("s").running("a").running("b");
+    let held: BTreeSet<String> = ["a".to_string(), "s".to_string()].into();
+    assert_eq!(plan_held(&p.0, &o.0, &none, &held), Plan::default(), "everything held: nothing to do");
+    let held: BTreeSet<String> = ["a".to_string()].into();
+    let got = plan_held(&p.0, &o.0, &none, &held);
+    assert_eq!(got.init_to_start, vec!["s"], "the sidecar goes first");
+    assert!(got.app_to_start.is_empty(), "the held app stays");
 }

@@ -1,0 +1,227 @@
+//! In-place image updates (DESIGN "Updates"): when running containers no longer match the
+//! desired spec (an image edit that kept the pod UID), the pod reports
+//! `InPlaceUpdateReady=False`, optionally waits for endpoints to drain, pulls every new image
+//! before stopping anything, restarts changed sidecars before changed apps, and reports
+//! `InPlaceUpdateReady=True` once each changed container runs the new image (by digest) and is
+//! started and ready. The state lives under `--root-dir`, so a restarted agent carries on.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use k8s_openapi::api::core::v1::{Container, Pod, PodCondition};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use serde::{Deserialize, Serialize};
+
+use super::plan::{ProbeResult, ProbeResults, container_changed, is_sidecar};
+use crate::model::{ContainerState, ObservedContainer, ObservedPod, ProbeState};
+
+/// The condition crilet owns for in-place updates.
+pub const CONDITION: &str = "InPlaceUpdateReady";
+/// Pod annotation: seconds to wait after `InPlaceUpdateReady=False` before touching anything.
+pub const GRACE_ANNOTATION: &str = "crilet.io/inplace-update-grace-period-seconds";
+
+/// What is known about the current (or last) in-place update of a pod.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UpdateState {
+    /// Wall-clock ns when the update began (the drain wait counts from here).
+    pub started_ns: i64,
+    /// The new image of each container being updated.
+    pub images: BTreeMap<String, String>,
+    /// Image ID and repo digests of each pulled new image, by container.
+    pub pulled: BTreeMap<String, PulledImage>,
+    /// Every updated container runs its new image and is started and ready.
+    pub done: bool,
+    /// Why the update is not progressing (a pull error), for the condition's message.
+    pub blocked: Option<String>,
+    /// When `done` last changed (RFC 3339), for the condition's transition time.
+    pub transition: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PulledImage {
+    pub id: String,
+    pub repo_digests: Vec<String>,
+}
+
+impl UpdateState {
+    pub fn load(path: &Path) -> Option<UpdateState> {
+        serde_json::from_slice(&std::fs::read(path).ok()?).ok()
+    }
+
+    pub fn save(&self, path: &Path) -> std::io::Result<()> {
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, serde_json::to_vec(self).map_err(std::io::Error::other)?)?;
+        std::fs::rename(tmp, path)
+    }
+
+    /// The `InPlaceUpdateReady` condition this state stands for.
+    pub fn condition(&self) -> PodCondition {
+        let time = self.transition.parse().ok().map(Time);
+        let (status, reason, message) = if self.done {
+            ("True", None, None)
+        } else if let Some(b) = &self.blocked {
+            ("False", Some("InPlaceUpdateBlocked".to_string()), Some(b.clone()))
+        } else {
+            let names: Vec<&str> = self.images.keys().map(String::as_str).collect();
+            (
+                "False",
+                Some("InPlaceUpdating".to_string()),
+                Some(format!("updating containers: [{}]", names.join(" "))),
+            )
+        };
+        PodCondition {
+            type_: CONDITION.into(),
+            status: status.into(),
+            reason,
+            message,
+            last_transition_time: time,
+            last_probe_time: None,
+            observed_generation: None,
+        }
+    }
+}
+
+fn spec_containers(pod: &Pod) -> Vec<&Container> {
+    let Some(s) = pod.spec.as_ref() else { return Vec::new() };
+    s.init_containers.iter().flatten().filter(|c| is_sidecar(c)).chain(s.containers.iter()).collect()
+}
+
+/// Running sidecars and app containers whose definition differs from the desired one.
+pub fn changed_containers(pod: &Pod, observed: &ObservedPod) -> BTreeMap<String, String> {
+    spec_containers(pod)
+        .into_iter()
+        .filter_map(|c| {
+            let o = observed.newest(&c.name)?;
+            (o.state == ContainerState::Running && container_changed(c, o))
+                .then(|| (c.name.clone(), c.image.clone().unwrap_or_default()))
+        })
+        .collect()
+}
+
+/// Changed containers that must keep running for now: all of them during the drain wait, those
+/// whose new image is not pulled yet, and changed apps while a sidecar is not yet updated and
+/// started (apps wait for their sidecars as at start).
+pub fn held(
+    pod: &Pod,
+    observed: &ObservedPod,
+    changed: &BTreeMap<String, String>,
+    pulled: &BTreeSet<String>,
+    waiting: bool,
+    probes: &ProbeResults,
+) -> BTreeSet<String> {
+    if waiting {
+        return changed.keys().cloned().collect();
+    }
+    let mut held: BTreeSet<String> = changed.keys().filter(|n| !pulled.contains(*n)).cloned().collect();
+    let sidecars_ready = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.init_containers.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|c| is_sidecar(c))
+        .all(|c| {
+            observed.newest(&c.name).is_some_and(|o| {
+                o.state == ContainerState::Running
+                    && !container_changed(c, o)
+                    && (c.startup_probe.is_none() || probes.startup.get(&o.id) == Some(&ProbeResult::Success))
+            })
+        });
+    if !sidecars_ready {
+        let apps = pod.spec.as_ref().map(|s| s.containers.as_slice()).unwrap_or(&[]);
+        held.extend(apps.iter().filter(|c| changed.contains_key(&c.name)).map(|c| c.name.clone()));
+    }
+    held
+}
+
+/// Does the running instance use the pulled image? Compared by image ID or repo digest, never by
+/// the tag string.
+fn runs_image(o: &ObservedContainer, img: &PulledImage) -> bool {
+    o.image_ref == img.id || img.repo_digests.iter().any(|d| *d == o.image_ref) || o.image == img.id
+}
+
+/// Is the update finished: every updated container running its new image, started and ready?
+pub fn finished(
+    pod: &Pod,
+    observed: &ObservedPod,
+    state: &UpdateState,
+    probe_states: &BTreeMap<String, ProbeState>,
+) -> bool {
+    let specs = spec_containers(pod);
+    state.images.keys().all(|name| {
+        let (Some(spec), Some(o), Some(img)) =
+            (specs.iter().find(|c| &c.name == name), observed.newest(name), state.pulled.get(name))
+        else {
+            return false;
+        };
+        let p = probe_states.get(&o.id).copied().unwrap_or_default();
+        let started = spec.startup_probe.is_none() || p.started == Some(true);
+        let ready = spec.readiness_probe.is_none() || p.ready == Some(true);
+        o.state == ContainerState::Running
+            && !container_changed(spec, o)
+            && runs_image(o, img)
+            && started
+            && ready
+    })
+}
+
+/// `:latest` or no tag (and no digest): the image may change under the same string.
+pub fn floating_tag(image: &str) -> bool {
+    if image.contains('@') {
+        return false;
+    }
+    let last = image.rsplit('/').next().unwrap_or(image);
+    match last.split_once(':') {
+        Some((_, tag)) => tag == "latest",
+        None => true,
+    }
+}
+
+/// For `repo@sha256:…` images: the pulled image must carry that digest.
+pub fn digest_matches(image: &str, pulled: &PulledImage) -> bool {
+    match image.split_once('@') {
+        Some((_, digest)) => pulled.id == digest || pulled.repo_digests.iter().any(|d| d.ends_with(digest)),
+        None => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn floating_tags() {
+        let cases = [
+            ("busybox", true),
+            ("busybox:latest", true),
+            ("localhost:5099/busybox", true),
+            ("localhost:5099/busybox:1.36", false),
+            ("busybox@sha256:abc", false),
+            ("reg:5000/a/b:v2", false),
+        ];
+        for (image, want) in cases {
+            assert_eq!(floating_tag(image), want, "{image}");
+        }
+    }
+
+    #[test]
+    fn digests() {
+        let p =
+            PulledImage { id: "sha256:1".into(), repo_digests: vec!["localhost:5099/web@sha256:aa".into()] };
+        assert!(digest_matches("localhost:5099/web@sha256:aa", &p));
+        assert!(!digest_matches("localhost:5099/web@sha256:bb", &p));
+        assert!(digest_matches("localhost:5099/web:v2", &p));
+    }
+
+    #[test]
+    fn condition_shapes() {
+        let mut s =
+            UpdateState { images: [("app".to_string(), "x:2".to_string())].into(), ..Default::default() };
+        let c = s.condition();
+        assert_eq!((c.status.as_str(), c.reason.as_deref()), ("False", Some("InPlaceUpdating")));
+        s.blocked = Some("pull failed".into());
+        assert_eq!(s.condition().reason.as_deref(), Some("InPlaceUpdateBlocked"));
+        s.done = true;
+        assert_eq!(s.condition().status, "True");
+    }
+}
