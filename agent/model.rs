@@ -136,8 +136,9 @@ impl ObservedPod {
     }
 }
 
-/// Probe-derived per-container flags that status needs (filled by the probe workers; until
-/// Step 2 exists, `started` follows running and `ready` follows started).
+/// Probe results of one container instance, for status: `started` is the startup probe's
+/// result and `ready` the readiness probe's (`Some(true)` = Success). `None` means that probe
+/// has no result; status then counts a container *with* that probe as not started / not ready.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ProbeState {
     pub started: Option<bool>,

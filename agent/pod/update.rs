@@ -189,6 +189,90 @@ pub fn digest_matches(image: &str, pulled: &PulledImage) -> bool {
 mod tests {
     use super::*;
 
+    use k8s_openapi::api::core::v1::PodSpec;
+
+    use crate::model::ObservedSandbox;
+    use crate::pod::hash::container_hash;
+
+    fn c(name: &str, image: &str, sidecar: bool) -> Container {
+        Container {
+            name: name.into(),
+            image: Some(image.into()),
+            restart_policy: sidecar.then(|| "Always".to_string()),
+            ..Default::default()
+        }
+    }
+
+    fn running(name: &str, image: &str) -> ObservedContainer {
+        ObservedContainer {
+            id: format!("{name}-id"),
+            sandbox_id: "sb".into(),
+            name: name.into(),
+            attempt: 0,
+            state: ContainerState::Running,
+            created_at: 1,
+            started_at: 1,
+            finished_at: 0,
+            exit_code: 0,
+            reason: String::new(),
+            message: String::new(),
+            image: image.into(),
+            image_ref: String::new(),
+            hash: container_hash(&c(name, image, false)),
+            restart_count: 0,
+            log_path: String::new(),
+            annotations: Default::default(),
+        }
+    }
+
+    #[test]
+    fn held_cases() {
+        // Desired: sidecar s and apps a, b; a and s moved to :2, b unchanged.
+        let pod = Pod {
+            spec: Some(PodSpec {
+                init_containers: Some(vec![c("s", "x:2", true)]),
+                containers: vec![c("a", "x:2", false), c("b", "x:1", false)],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let sandbox = ObservedSandbox {
+            id: "sb".into(),
+            attempt: 0,
+            state: crate::model::SandboxState::Ready,
+            created_at: 0,
+            ips: vec!["10.0.0.2".into()],
+            host_network: false,
+            labels: Default::default(),
+            annotations: Default::default(),
+        };
+        let old = ObservedPod {
+            uid: "u".into(),
+            sandboxes: vec![sandbox.clone()],
+            containers: vec![running("s", "x:1"), running("a", "x:1"), running("b", "x:1")],
+        };
+        let changed = changed_containers(&pod, &old);
+        assert_eq!(changed.keys().collect::<Vec<_>>(), vec!["a", "s"], "only the edited containers");
+        let probes = ProbeResults::default();
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<BTreeSet<String>>();
+        let cases: Vec<(&str, &[&str], bool, &[&str])> = vec![
+            ("drain wait: everything held", &["a", "s"], true, &["a", "s"]),
+            ("nothing pulled yet: everything held", &[], false, &["a", "s"]),
+            ("sidecar pulled, app not: app held", &["s"], false, &["a"]),
+            ("both pulled: the app still waits for the sidecar", &["a", "s"], false, &["a"]),
+        ];
+        for (name, pulled, waiting, want) in cases {
+            assert_eq!(held(&pod, &old, &changed, &names(pulled), waiting, &probes), names(want), "{name}");
+        }
+        // Once the sidecar runs its new image, the app may go.
+        let mid = ObservedPod {
+            containers: vec![running("s", "x:2"), running("a", "x:1"), running("b", "x:1")],
+            ..old.clone()
+        };
+        let changed = changed_containers(&pod, &mid);
+        assert_eq!(held(&pod, &mid, &changed, &names(&["a", "s"]), false, &probes), names(&[]));
+    }
+
     #[test]
     fn floating_tags() {
         let cases = [
