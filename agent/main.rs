@@ -214,6 +214,7 @@ async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
 
     let wakers = Wakers::default();
     let pleg_task = tokio::spawn(pleg::run(cri.clone(), wakers.clone(), cancel.clone()));
+    tokio::spawn(pleg::follow_events(cri.clone(), wakers.clone(), cancel.clone()));
 
     let initial = source::load_dir(&s.manifest_dir, &s.node_name, &source::ManifestSet::default());
     info!(dir = %s.manifest_dir.display(), pods = initial.pods.len(), "manifests loaded");

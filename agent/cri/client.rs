@@ -394,6 +394,16 @@ impl CriClient {
         ignore_not_found(r.map(drop))
     }
 
+    /// `GetContainerEvents`: the runtime's event stream (containerd 1.7+). The stream has no
+    /// deadline; an `Unimplemented` error means the runtime has none (containerd 1.6).
+    pub async fn container_events(&self) -> Result<tonic::Streaming<api::ContainerEventResponse>, CriError> {
+        let mut c = self.runtime.clone();
+        c.get_container_events(api::GetEventsRequest {})
+            .await
+            .map(tonic::Response::into_inner)
+            .map_err(|s| CriError::from_status("GetContainerEvents", &self.endpoint, s))
+    }
+
     /// `ExecSync`: runs `cmd` in the container; `timeout` zero means no runtime-side limit.
     /// Returns (exit code, stdout+stderr).
     pub async fn exec_sync(

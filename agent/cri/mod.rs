@@ -39,6 +39,11 @@ impl CriError {
         matches!(self, CriError::NotFound { .. })
     }
 
+    /// The runtime does not implement the call.
+    pub fn is_unimplemented(&self) -> bool {
+        matches!(self, CriError::Rpc { code: tonic::Code::Unimplemented, .. })
+    }
+
     /// The runtime could not be reached (down or restarting): retry later, change nothing.
     pub fn is_unavailable(&self) -> bool {
         matches!(self, CriError::Rpc { code: tonic::Code::Unavailable | tonic::Code::Unknown, .. })
