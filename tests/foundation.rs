@@ -219,3 +219,36 @@ async fn agent_sigkill_and_restart_keeps_every_container() {
     assert_eq!(before.sandboxes[0].id, after.sandboxes[0].id, "same sandbox");
     assert!(after.containers.iter().all(|c| c.state == ContainerState::Running));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_edit_while_the_agent_is_down_keeps_the_pod() {
+    let mut a = Agent::start("bad-edit-down").await;
+    a.write_manifest("two.yaml", &two("t-bad-down"));
+    let p = running_pod(&a, "two").await;
+    let uid = p["metadata"]["uid"].as_str().expect("uid").to_string();
+    let cri = a.env.cri();
+    let before = cri.observe(&uid).await.expect("observe");
+    a.kill();
+    a.write_manifest(
+        "two.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: two, namespace: t-bad-down}\nspec: {containers: []}\n",
+    );
+    a.spawn();
+    // The agent comes up, reports the bad file and keeps the pod from the spec its sandbox carries.
+    let p2 = running_pod(&a, "two").await;
+    assert_eq!(p2["metadata"]["uid"].as_str(), Some(uid.as_str()));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after = cri.observe(&uid).await.expect("observe");
+    let ids = |o: &crilet::model::ObservedPod| {
+        let mut v: Vec<(String, ContainerState)> =
+            o.containers.iter().map(|c| (c.id.clone(), c.state)).collect();
+        v.sort_by(|x, y| x.0.cmp(&y.0));
+        v
+    };
+    assert_eq!(ids(&before), ids(&after), "containers untouched\n{}", a.log());
+    // Fixing the file with the same content as before adopts the pod, still untouched.
+    a.write_manifest("two.yaml", &two("t-bad-down"));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let fixed = cri.observe(&uid).await.expect("observe");
+    assert_eq!(ids(&before), ids(&fixed), "containers untouched after the fix\n{}", a.log());
+}

@@ -18,7 +18,7 @@ use super::context::Shared;
 use super::worker::{Desire, run_worker};
 use crate::model::{DesiredPod, PodKey, keys};
 use crate::pleg::Wakers;
-use crate::source::ManifestSet;
+use crate::source::{ManifestSet, ProblemKind};
 
 struct Running {
     uid: String,
@@ -87,11 +87,19 @@ impl Supervisor {
         }
     }
 
-    /// Brings the workers in line with `set`.
+    /// Brings the workers in line with `set`. A running pod whose manifest file (or the whole
+    /// directory) is currently broken is left alone: a bad edit never disturbs a running pod.
     pub fn apply(&mut self, set: &ManifestSet) {
         let keys: Vec<PodKey> = self.running.keys().cloned().collect();
         for key in keys {
-            if !set.pods.contains_key(&key) {
+            let broken = self.running.get(&key).is_some_and(|r| {
+                let file = match &*r.tx.borrow() {
+                    Desire::Run(d) => d.file.clone(),
+                    Desire::Terminate { .. } => PathBuf::new(),
+                };
+                file_broken(set, &file)
+            });
+            if !set.pods.contains_key(&key) && !broken {
                 self.pending.remove(&key);
                 self.terminate(&key);
             }
@@ -159,10 +167,17 @@ impl Supervisor {
             if !file.starts_with(manifest_dir) {
                 continue;
             }
-            orphans.insert(
-                uid.clone(),
-                DesiredPod { key, uid: uid.clone(), pod: Arc::new(pod), file, doc: 0, warnings: Vec::new() },
-            );
+            let keep = file_broken(set, &file);
+            let d =
+                DesiredPod { key, uid: uid.clone(), pod: Arc::new(pod), file, doc: 0, warnings: Vec::new() };
+            if keep && d.pod.spec.is_some() && !self.running.contains_key(&d.key) {
+                // Its manifest is broken now: keep running what was last good, from the spec the
+                // sandbox carries, until the file is fixed or removed.
+                info!(pod = %d.key, uid = %uid, file = %d.file.display(), "manifest is broken; keeping the running pod");
+                self.start(d);
+                continue;
+            }
+            orphans.insert(uid.clone(), d);
         }
         for (uid, d) in orphans {
             info!(pod = %d.key, uid = %uid, "terminating pod whose manifest is gone");
@@ -214,4 +229,11 @@ impl Supervisor {
         // The agent is stopping: workers end without touching containers.
         while self.tasks.join_next().await.is_some() {}
     }
+}
+
+/// Does the current set report an error for `file` (or for the whole directory it is in)?
+fn file_broken(set: &ManifestSet, file: &std::path::Path) -> bool {
+    set.problems.iter().any(|p| {
+        p.kind == ProblemKind::Error && (p.file == file || file.parent().is_some_and(|dir| p.file == dir))
+    })
 }
