@@ -252,3 +252,45 @@ async fn bad_edit_while_the_agent_is_down_keeps_the_pod() {
     let fixed = cri.observe(&uid).await.expect("observe");
     assert_eq!(ids(&before), ids(&fixed), "containers untouched after the fix\n{}", a.log());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn active_deadline_fails_the_pod() {
+    let a = Agent::start("deadline").await;
+    a.write_manifest(
+        "d.yaml",
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: deadline, namespace: t-deadline}
+spec:
+  activeDeadlineSeconds: 4
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: main
+    image: ${CRILET_IMAGE_BUSYBOX}
+    command: [sh, -c, 'trap "exit 0" TERM; while true; do sleep 1; done']
+"#,
+    );
+    running_pod(&a, "deadline").await;
+    let p = wait_for("pod failed with DeadlineExceeded", Duration::from_secs(30), || async {
+        let p = a.pod("deadline")?;
+        (phase(&p) == "Failed").then_some(p)
+    })
+    .await;
+    assert_eq!(p["status"]["reason"].as_str(), Some("DeadlineExceeded"));
+    let started: jiff::Timestamp =
+        p["status"]["startTime"].as_str().expect("startTime").parse().expect("time");
+    let uid = p["metadata"]["uid"].as_str().expect("uid").to_string();
+    let cri = a.env.cri();
+    let observed = wait_for("main stopped", Duration::from_secs(10), || async {
+        let o = cri.observe(&uid).await.ok()?;
+        (o.newest("main")?.state == ContainerState::Exited).then_some(o)
+    })
+    .await;
+    let main = observed.newest("main").expect("main");
+    let ran = main.finished_at / 1_000_000_000 - started.as_second();
+    assert!((4..=8).contains(&ran), "stopped about 4 s after the start, took {ran} s");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let again = a.env.cri().observe(&uid).await.expect("observe");
+    assert_eq!(again.containers.len(), 1, "not restarted");
+}

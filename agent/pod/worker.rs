@@ -56,6 +56,8 @@ struct Worker {
     probes: ProbeManager,
     /// The current or last in-place update (kept under the pod directory).
     update: Option<UpdateState>,
+    /// `activeDeadlineSeconds` ran out: everything is stopped and stays stopped.
+    deadline_exceeded: bool,
     first_seen: jiff::Timestamp,
 }
 
@@ -83,6 +85,7 @@ pub async fn run_worker(
         termination_messages: BTreeMap::new(),
         probes,
         update,
+        deadline_exceeded: false,
         first_seen: jiff::Timestamp::now(),
     };
     async move {
@@ -179,6 +182,13 @@ impl Worker {
             pod.metadata.deletion_grace_period_seconds =
                 pod.spec.as_ref().and_then(|s| s.termination_grace_period_seconds);
         }
+        let mut status = status;
+        if self.deadline_exceeded {
+            // Upstream's active-deadline handler: the pod fails for good.
+            status.phase = Some("Failed".into());
+            status.reason = Some("DeadlineExceeded".into());
+            status.message = Some("Pod was active on the node longer than the specified deadline".into());
+        }
         pod.status = Some(status.clone());
         self.status = Some(status);
         ctx.registry.put_pod(
@@ -223,8 +233,41 @@ impl Worker {
         self.probes.reconcile(&pod, &observed, false);
         let (probe_results, probe_states) = self.probes.view();
         let (held, update_requeue) = self.step_update(&observed, &probe_results, &probe_states).await;
+        let deadline = self.active_deadline(&observed);
+        if deadline.is_some_and(|d| d <= now_ns()) && !self.deadline_exceeded {
+            self.deadline_exceeded = true;
+            ctx.warning(
+                &self.desired.key,
+                None,
+                "DeadlineExceeded",
+                "Pod was active on the node longer than the specified deadline".into(),
+            );
+        }
         self.publish(&observed, false);
+        if self.deadline_exceeded {
+            let running = observed
+                .containers
+                .iter()
+                .any(|c| matches!(c.state, ContainerState::Running | ContainerState::Unknown))
+                || observed.sandboxes.iter().any(|s| s.state == SandboxState::Ready);
+            if running {
+                kill_pod(
+                    &ctx,
+                    &self.desired.key,
+                    &pod,
+                    &observed,
+                    termination_grace(&pod),
+                    "active deadline exceeded",
+                )
+                .await;
+            }
+            return Ok(None);
+        }
         let the_plan = plan_held(&pod, &observed, &probe_results, &held);
+        let update_requeue = match (update_requeue, deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         if the_plan.is_empty() {
             self.collect_garbage(&observed).await;
             return Ok(update_requeue);
@@ -317,7 +360,10 @@ impl Worker {
             let Some((spec, kind)) = containers.iter().find(|(c, _)| &c.name == name) else { continue };
             self.start(&observed, spec, *kind, &sandbox_id, &pod_ips, &sb_config, &mut requeue).await;
         }
-        Ok(requeue)
+        Ok(match (requeue, update_requeue) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        })
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -376,6 +422,17 @@ impl Worker {
                 false
             }
         }
+    }
+
+    /// When `activeDeadlineSeconds` (counted from the pod's start time) runs out, in ns.
+    fn active_deadline(&self, observed: &ObservedPod) -> Option<i64> {
+        let secs = self.desired.pod.spec.as_ref()?.active_deadline_seconds?;
+        let published = self.status.as_ref().and_then(|s| s.start_time.as_ref());
+        let start_ns = match published {
+            Some(t) => i64::try_from(t.0.as_nanosecond()).ok()?,
+            None => observed.sandboxes.iter().map(|s| s.created_at).min()?,
+        };
+        Some(start_ns.saturating_add(secs.saturating_mul(1_000_000_000)))
     }
 
     fn save_update(&self) {

@@ -130,7 +130,7 @@ static SPEC: Table = Table {
         ("volumes", List(&VOLUME)),
         ("restartPolicy", Leaf),
         ("terminationGracePeriodSeconds", Leaf),
-        ("activeDeadlineSeconds", Warn("not implemented by crilet yet; ignored")),
+        ("activeDeadlineSeconds", Leaf),
         ("dnsPolicy", Leaf),
         ("dnsConfig", Obj(&DNS_CONFIG)),
         ("hostNetwork", Leaf),

@@ -67,12 +67,6 @@ fn warning_cases() {
             "no service account",
         ),
         (
-            "activeDeadlineSeconds",
-            |v| set(v, "/spec/activeDeadlineSeconds", json!(60)),
-            "spec.activeDeadlineSeconds",
-            "not implemented",
-        ),
-        (
             "fsGroup",
             |v| set(v, "/spec/securityContext", json!({"fsGroup": 2000})),
             "spec.securityContext.fsGroup",
