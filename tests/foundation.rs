@@ -36,14 +36,6 @@ fn two(ns: &str) -> String {
     TWO.replace("__NS__", ns)
 }
 
-async fn running_pod(a: &Agent, name: &str) -> serde_json::Value {
-    wait_for(&format!("pod {name} running and ready"), Duration::from_secs(90), || async {
-        let p = a.pod(name)?;
-        (phase(&p) == "Running" && condition(&p, "Ready") == Some("True")).then_some(p)
-    })
-    .await
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn two_container_pod_runs_with_kubelet_labels_and_logs() {
     let a = Agent::start("basic").await;

@@ -23,14 +23,6 @@ spec:
     command: [sh, -c, 'trap "exit 0" TERM; while true; do sleep 1; done']
 "#;
 
-async fn running_pod(a: &Agent, name: &str) -> serde_json::Value {
-    wait_for(&format!("pod {name} running and ready"), Duration::from_secs(90), || async {
-        let p = a.pod(name)?;
-        (phase(&p) == "Running" && condition(&p, "Ready") == Some("True")).then_some(p)
-    })
-    .await
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn containerd_restart_under_a_running_agent() {
     let a = Agent::start("ctrd-restart").await;

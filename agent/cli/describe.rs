@@ -236,29 +236,9 @@ fn events(w: &mut Doc, events: &[EventView], now: Timestamp) {
     }
 }
 
-/// The pod's QoS class as the API server computes it when `status.qosClass` is unset (quantities
-/// compared as written, which is exact for manifests that spell requests and limits alike).
+/// The pod's QoS class as the API server computes it when `status.qosClass` is unset.
 pub(crate) fn qos_class(pod: &Pod) -> String {
-    let spec = pod.spec.clone().unwrap_or_default();
-    let all = spec.containers.iter().chain(spec.init_containers.iter().flatten());
-    let mut any = false;
-    let mut guaranteed = true;
-    for c in all {
-        let r = c.resources.clone().unwrap_or_default();
-        let limits = r.limits.unwrap_or_default();
-        let requests = r.requests.unwrap_or_default();
-        any |= limits.keys().chain(requests.keys()).any(|k| k == "cpu" || k == "memory");
-        for res in ["cpu", "memory"] {
-            let limit = limits.get(res);
-            guaranteed &= limit.is_some() && requests.get(res).is_none_or(|q| Some(q) == limit);
-        }
-    }
-    match (any, guaranteed) {
-        (false, _) => "BestEffort",
-        (true, true) => "Guaranteed",
-        (true, false) => "Burstable",
-    }
-    .to_string()
+    crate::status::qos_class(pod).to_string()
 }
 
 #[cfg(test)]

@@ -5,7 +5,6 @@ pub mod expand;
 pub mod hash;
 pub mod hooks;
 pub mod plan;
-pub mod quantity;
 pub mod spec;
 pub mod start;
 pub mod supervisor;

@@ -9,9 +9,10 @@ use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 
 use super::expand::expand;
 use super::hash::{CURRENT_SCHEME, HASH_SCHEME_ANNOTATION, container_hash};
-use super::quantity::{parse_milli, parse_units};
 use crate::cri::api;
 use crate::model::{DesiredPod, keys};
+use crate::source::quantity::Quantity;
+use crate::status::qos_class;
 
 /// Node-level settings the configs depend on.
 #[derive(Debug, Clone)]
@@ -113,36 +114,6 @@ pub fn cgroup_parent(pod: &Pod, uid: &str) -> String {
         "Guaranteed" => format!("/kubepods/pod{uid}"),
         "Burstable" => format!("/kubepods/burstable/pod{uid}"),
         _ => format!("/kubepods/besteffort/pod{uid}"),
-    }
-}
-
-/// The pod's QoS class (simplified upstream rule over cpu and memory).
-pub fn qos_class(pod: &Pod) -> &'static str {
-    let s = spec(pod);
-    let all: Vec<&Container> = s.init_containers.iter().flatten().chain(s.containers.iter()).collect();
-    let mut any = false;
-    let mut guaranteed = true;
-    for c in all {
-        let r = c.resources.as_ref();
-        let req = r.and_then(|r| r.requests.as_ref());
-        let lim = r.and_then(|r| r.limits.as_ref());
-        for res in ["cpu", "memory"] {
-            let rq = req.and_then(|m| m.get(res)).map(|q| q.0.clone());
-            let lm = lim.and_then(|m| m.get(res)).map(|q| q.0.clone());
-            if rq.is_some() || lm.is_some() {
-                any = true;
-            }
-            match (rq, lm) {
-                (_, None) => guaranteed = false,
-                (Some(a), Some(b)) if a != b => guaranteed = false,
-                _ => {}
-            }
-        }
-    }
-    match (any, guaranteed) {
-        (false, _) => "BestEffort",
-        (true, true) => "Guaranteed",
-        (true, false) => "Burstable",
     }
 }
 
@@ -359,11 +330,12 @@ fn linux_resources(c: &Container) -> api::LinuxContainerResources {
         &std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
     >,
                k: &str| { m.and_then(|m| m.get(k)).map(|q| q.0.clone()) };
-    let cpu_limit = get(r.and_then(|r| r.limits.as_ref()), "cpu").and_then(|q| parse_milli(&q));
+    let milli = |q: String| Quantity::parse(&q)?.milli_value().and_then(|v| i64::try_from(v).ok());
+    let units = |q: String| Quantity::parse(&q)?.value().and_then(|v| i64::try_from(v).ok());
+    let cpu_limit = get(r.and_then(|r| r.limits.as_ref()), "cpu").and_then(milli);
     // A limit without a request defaults the request to the limit (API defaulting).
-    let cpu_request =
-        get(r.and_then(|r| r.requests.as_ref()), "cpu").and_then(|q| parse_milli(&q)).or(cpu_limit);
-    let mem_limit = get(r.and_then(|r| r.limits.as_ref()), "memory").and_then(|q| parse_units(&q));
+    let cpu_request = get(r.and_then(|r| r.requests.as_ref()), "cpu").and_then(milli).or(cpu_limit);
+    let mem_limit = get(r.and_then(|r| r.limits.as_ref()), "memory").and_then(units);
     let mut out = api::LinuxContainerResources {
         // milliCPUToShares: at least 2 shares, 1024 per CPU.
         cpu_shares: cpu_request.map_or(2, |m| (m * 1024 / 1000).max(2)),

@@ -9,6 +9,8 @@ mod conditions;
 mod containers;
 mod phase;
 mod pod;
+
+pub use pod::qos_class;
 mod restart;
 #[cfg(test)]
 mod tests;

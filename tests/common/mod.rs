@@ -234,6 +234,15 @@ where
     }
 }
 
+/// Waits until the pod is Running with `Ready=True`; returns its JSON.
+pub async fn running_pod(a: &Agent, name: &str) -> Value {
+    wait_for(&format!("pod {name} running and ready"), Duration::from_secs(90), || async {
+        let p = a.pod(name)?;
+        (phase(&p) == "Running" && condition(&p, "Ready") == Some("True")).then_some(p)
+    })
+    .await
+}
+
 /// The pod's status.phase.
 pub fn phase(p: &Value) -> &str {
     p["status"]["phase"].as_str().unwrap_or("")

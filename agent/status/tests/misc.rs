@@ -3,7 +3,6 @@
 use k8s_openapi::api::core::v1::{HostIP, PodIP, PodStatus};
 
 use super::{Extra, ObservedBuilder, at, none, observed, pod, run};
-use crate::status::pod::parse_quantity;
 use crate::status::{ContainerKind, container_kinds, pod_initialized, should_restart};
 
 #[test]
@@ -108,26 +107,6 @@ fn qos_cases() {
     for (name, desired, want) in cases {
         let status = run(&desired.build(), &observed().build(), &none());
         assert_eq!(status.qos_class.as_deref(), Some(want), "{name}");
-    }
-}
-
-#[test]
-fn quantity_cases() {
-    let cases = [
-        ("1", Some(1_000_000_000)),
-        ("100m", Some(100_000_000)),
-        ("0.5", Some(500_000_000)),
-        ("1Ki", Some(1024 * 1_000_000_000)),
-        ("2G", Some(2_000_000_000 * 1_000_000_000)),
-        ("1e3", Some(1_000 * 1_000_000_000)),
-        ("1E", Some(1_000_000_000_000_000_000 * 1_000_000_000)),
-        ("5n", Some(5)),
-        ("", None),
-        ("abc", None),
-        ("1Xi", None),
-    ];
-    for (text, want) in cases {
-        assert_eq!(parse_quantity(text), want, "{text:?}");
     }
 }
 
