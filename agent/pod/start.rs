@@ -102,6 +102,9 @@ pub struct StartRequest<'a> {
     pub sandbox_id: &'a str,
     pub pod_ips: &'a [String],
     pub sandbox_config: &'a api::PodSandboxConfig,
+    /// The image ID an in-place update already pulled (and checked) for this container before
+    /// stopping the old instance: the new instance runs exactly that image, with no second pull.
+    pub pulled_image: Option<&'a str>,
 }
 
 /// Ensures the image per `imagePullPolicy` (R11.2, R7.11); returns the runtime's image ID.
@@ -285,13 +288,22 @@ fn prepare_host_path(p: &Path, kind: &str) -> Result<(), String> {
     }
 }
 
+/// The image an in-place update pulled, if the runtime still has it (else the normal pull path).
+async fn pulled_image_present(ctx: &Shared, id: Option<&str>) -> Option<String> {
+    let id = id.filter(|id| !id.is_empty())?;
+    ctx.cri.image_id(id).await.ok().flatten().map(|img| img.id)
+}
+
 /// Pulls, creates and starts one container, then runs its postStart hook (R1.8, R8.1).
 /// Returns the new container ID.
 pub async fn start_container(ctx: &Shared, req: &StartRequest<'_>) -> Result<String, StartError> {
     let d = req.desired;
     let c = req.spec;
     let name = Some(c.name.as_str());
-    let image_ref = ensure_image(ctx, d, c, req.sandbox_config).await?;
+    let image_ref = match pulled_image_present(ctx, req.pulled_image).await {
+        Some(id) => id,
+        None => ensure_image(ctx, d, c, req.sandbox_config).await?,
+    };
     let restart_count = next_restart_count(ctx, req);
     let log_dir = pod_log_dir(&ctx.node, d).join(&c.name);
     mkdir(&log_dir, 0o755)

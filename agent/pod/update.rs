@@ -33,6 +33,9 @@ pub struct UpdateState {
     pub done: bool,
     /// Why the update is not progressing (a pull error), for the condition's message.
     pub blocked: Option<String>,
+    /// The last failed pull's error by new image, named in the message while the back-off lasts.
+    #[serde(default)]
+    pub pull_errors: BTreeMap<String, String>,
     /// When `done` last changed (RFC 3339), for the condition's transition time.
     pub transition: String,
 }

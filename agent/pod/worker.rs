@@ -345,7 +345,9 @@ impl Worker {
         let sb_config = sandbox_config(&ctx.node, &self.desired, attempt);
         // Starts are planned from the snapshot taken before kills; for the back-off check and
         // restart counts that snapshot is what the kubelet uses too (R6.6 nuance).
-        let mut requeue: Option<i64> = None;
+        // The in-place update's own wake-up (end of the drain wait, pull retry) must survive a
+        // sync that also had other work, or it waits for an unrelated wake (a crash back-off).
+        let mut requeue: Option<i64> = update_requeue;
         let containers = all_containers(&pod);
         for name in &the_plan.init_to_start {
             let Some((spec, kind)) = containers.iter().find(|(c, _)| &c.name == name) else { continue };
@@ -398,6 +400,15 @@ impl Worker {
         {
             self.crash_backoff.next(&backoff_key(spec), exited.finished_at, now);
         }
+        // An in-place update pulled this image before stopping the old instance (DESIGN
+        // difference 4): start from that image, not from a second pull after the stop, which
+        // could fail with the old container gone or resolve a moved tag to other content.
+        let pulled_image = self
+            .update
+            .as_ref()
+            .filter(|u| !u.done && u.images.get(&spec.name) == spec.image.as_ref())
+            .and_then(|u| u.pulled.get(&spec.name))
+            .map(|p| p.id.as_str());
         let req = StartRequest {
             desired: &self.desired,
             spec,
@@ -406,6 +417,7 @@ impl Worker {
             sandbox_id,
             pod_ips,
             sandbox_config: sb_config,
+            pulled_image,
         };
         match start_container(&self.ctx, &req).await {
             Ok(_) => {
@@ -538,7 +550,7 @@ impl Worker {
             // container running.
             let attempt = observed.sandbox().map_or(0, |s| s.attempt);
             let sb_config = sandbox_config(&ctx.node, &self.desired, attempt);
-            let mut blocked: Option<String> = None;
+            let mut blocked: Vec<String> = Vec::new();
             for (name, image) in &changed {
                 if state.pulled.contains_key(name) {
                     continue;
@@ -549,26 +561,39 @@ impl Worker {
                 match ensure_image(&ctx, &self.desired, &spec, &sb_config).await {
                     Ok(_) => match ctx.cri.image_id(image).await {
                         Ok(Some(img)) => {
+                            state.pull_errors.remove(image);
                             let pulled = PulledImage { id: img.id, repo_digests: img.repo_digests };
                             if update::digest_matches(image, &pulled) {
                                 state.pulled.insert(name.clone(), pulled);
                             } else {
-                                blocked = Some(format!(
+                                blocked.push(format!(
                                     "image {image} does not carry the digest it names (runtime has {})",
                                     pulled.id
                                 ));
                             }
                         }
-                        _ => blocked = Some(format!("image {image} not present after pull")),
+                        _ => blocked.push(format!("image {image} not present after pull")),
                     },
                     Err(e) => {
-                        blocked = Some(format!("{}: {}", e.reason, e.message));
+                        let why = format!("{}: {}", e.reason, e.message);
+                        // No pull is tried while the image back-off lasts: keep naming the last
+                        // pull's error, or the condition would only say "Back-off pulling image".
+                        let why = match state.pull_errors.get(image) {
+                            Some(last) if e.reason == "ImagePullBackOff" => format!("{why}: {last}"),
+                            _ => {
+                                state.pull_errors.insert(image.clone(), why.clone());
+                                why
+                            }
+                        };
+                        blocked.push(why);
                         let at = now + 10_000_000_000;
                         requeue = Some(requeue.map_or(at, |r| r.min(at)));
                     }
                 }
             }
-            state.blocked = blocked;
+            let images = &state.images;
+            state.pull_errors.retain(|image, _| images.values().any(|i| i == image));
+            state.blocked = (!blocked.is_empty()).then(|| blocked.join("; "));
         }
         let pulled: BTreeSet<String> = state.pulled.keys().cloned().collect();
         let held = update::held(&pod, observed, &changed, &pulled, waiting, probes);
