@@ -101,9 +101,9 @@ pub fn changed_containers(pod: &Pod, observed: &ObservedPod) -> BTreeMap<String,
         .collect()
 }
 
-/// Changed containers that must keep running for now: all of them during the drain wait, those
-/// whose new image is not pulled yet, and changed apps while a sidecar is not yet updated and
-/// started (apps wait for their sidecars as at start).
+/// Changed containers that must keep running for now: all of them during the drain wait and
+/// until every new image is pulled (nothing is stopped before all pulls succeeded), and changed
+/// apps while a sidecar is not yet updated and started (apps wait for their sidecars as at start).
 pub fn held(
     pod: &Pod,
     observed: &ObservedPod,
@@ -112,10 +112,10 @@ pub fn held(
     waiting: bool,
     probes: &ProbeResults,
 ) -> BTreeSet<String> {
-    if waiting {
+    if waiting || changed.keys().any(|n| !pulled.contains(n)) {
         return changed.keys().cloned().collect();
     }
-    let mut held: BTreeSet<String> = changed.keys().filter(|n| !pulled.contains(*n)).cloned().collect();
+    let mut held = BTreeSet::new();
     let sidecars_ready = pod
         .spec
         .as_ref()
@@ -261,7 +261,12 @@ mod tests {
         let cases: Vec<(&str, &[&str], bool, &[&str])> = vec![
             ("drain wait: everything held", &["a", "s"], true, &["a", "s"]),
             ("nothing pulled yet: everything held", &[], false, &["a", "s"]),
-            ("sidecar pulled, app not: app held", &["s"], false, &["a"]),
+            (
+                "sidecar pulled, app not: nothing stops before every pull succeeded",
+                &["s"],
+                false,
+                &["a", "s"],
+            ),
             ("both pulled: the app still waits for the sidecar", &["a", "s"], false, &["a"]),
         ];
         for (name, pulled, waiting, want) in cases {

@@ -362,10 +362,7 @@ impl Worker {
             let Some((spec, kind)) = containers.iter().find(|(c, _)| &c.name == name) else { continue };
             self.start(&observed, spec, *kind, &sandbox_id, &pod_ips, &sb_config, &mut requeue).await;
         }
-        Ok(match (requeue, update_requeue) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        })
+        Ok(requeue)
     }
 
     #[allow(clippy::too_many_arguments)]
