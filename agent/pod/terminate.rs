@@ -61,7 +61,15 @@ fn pre_stop(spec: Option<&Container>, observed: &ObservedContainer) -> Option<Li
 }
 
 fn secs_left(deadline: Instant) -> Duration {
-    Duration::from_secs(deadline.saturating_duration_since(Instant::now()).as_secs())
+    whole_secs(deadline.saturating_duration_since(Instant::now()))
+}
+
+/// `StopContainer` takes whole seconds: round what is left of the budget to the nearest one.
+/// Truncating would take up to a second off every container at the very start of a kill
+/// (a TGPS of 30 became `StopContainer(29)`, of 3 became 2), and turn 0.9 s left into an
+/// immediate SIGKILL; rounding overshoots the deadline by at most half a second.
+fn whole_secs(left: Duration) -> Duration {
+    Duration::from_secs((left + Duration::from_millis(500)).as_secs())
 }
 
 /// Runs preStop (bounded by the deadline), waits for `wait_for` to finish, then stops the
@@ -246,6 +254,20 @@ mod tests {
 
     fn names(v: &[&str]) -> Vec<String> {
         v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn budget_left_rounds_to_the_nearest_second() {
+        let ms = Duration::from_millis;
+        assert_eq!(
+            whole_secs(ms(29_999)),
+            Duration::from_secs(30),
+            "a kill just started keeps the full TGPS"
+        );
+        assert_eq!(whole_secs(ms(2_990)), Duration::from_secs(3));
+        assert_eq!(whole_secs(ms(800)), Duration::from_secs(1));
+        assert_eq!(whole_secs(ms(400)), Duration::ZERO);
+        assert_eq!(whole_secs(Duration::ZERO), Duration::ZERO);
     }
 
     #[test]
