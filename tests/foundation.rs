@@ -286,3 +286,34 @@ spec:
     let again = a.env.cri().observe(&uid).await.expect("observe");
     assert_eq!(again.containers.len(), 1, "not restarted");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn etc_hosts_carries_the_pod_ip_and_host_aliases() {
+    let a = Agent::start("hosts").await;
+    a.write_manifest(
+        "h.yaml",
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: hosts, namespace: t-hosts}
+spec:
+  terminationGracePeriodSeconds: 2
+  hostAliases: [{ip: 10.1.2.3, hostnames: [db.local, cache.local]}]
+  containers:
+  - name: main
+    image: ${CRILET_IMAGE_BUSYBOX}
+    command: [sh, -c, 'cat /etc/hosts; trap "exit 0" TERM; while true; do sleep 1; done']
+"#,
+    );
+    let p = running_pod(&a, "hosts").await;
+    let ip = p["status"]["podIP"].as_str().expect("pod IP").to_string();
+    let uid = p["metadata"]["uid"].as_str().expect("uid").to_string();
+    let log = a.logs.join(format!("t-hosts_hosts_{uid}/main/0.log"));
+    let text = wait_for("the container printed /etc/hosts", Duration::from_secs(20), || async {
+        let t = std::fs::read_to_string(&log).ok()?;
+        t.contains("HostAliases").then_some(t)
+    })
+    .await;
+    assert!(text.contains(&format!("{ip}\thosts")), "pod IP and hostname: {text}");
+    assert!(text.contains("10.1.2.3\tdb.local\tcache.local"), "host aliases: {text}");
+}

@@ -240,6 +240,24 @@ fn prepare_mounts(
             ..Default::default()
         });
     }
+    // The kubelet-managed /etc/hosts (pod IP, hostname, hostAliases), unless the container
+    // mounts its own.
+    if !mounts.iter().any(|m| m.container_path == "/etc/hosts") {
+        let dir = pod_dir(&ctx.node, &d.uid);
+        mkdir(&dir, 0o750)
+            .map_err(|e| err("CreateContainerConfigError", format!("creating pod directory: {e}")))?;
+        let hosts = dir.join("etc-hosts");
+        let text = hosts_file(&d.pod, req.pod_ips);
+        std::fs::write(&hosts, text)
+            .and_then(|_| std::fs::set_permissions(&hosts, std::fs::Permissions::from_mode(0o644)))
+            .map_err(|e| err("CreateContainerConfigError", format!("writing /etc/hosts: {e}")))?;
+        mounts.push(api::Mount {
+            container_path: "/etc/hosts".into(),
+            host_path: hosts.display().to_string(),
+            readonly: false,
+            ..Default::default()
+        });
+    }
     let mut termination_file = None;
     let tpath = c.termination_message_path.clone().unwrap_or_else(|| "/dev/termination-log".into());
     if !tpath.is_empty() {
@@ -345,4 +363,61 @@ pub async fn start_container(ctx: &Shared, req: &StartRequest<'_>) -> Result<Str
         }
     }
     Ok(id)
+}
+
+/// The pod's /etc/hosts as the kubelet writes it: the node's file for host-network pods, else
+/// the standard local entries and the pod's own IP and hostname; then the hostAliases.
+pub fn hosts_file(pod: &k8s_openapi::api::core::v1::Pod, pod_ips: &[String]) -> String {
+    let spec = pod.spec.as_ref();
+    let mut out = String::from("# Kubernetes-managed hosts file.\n");
+    if spec.and_then(|s| s.host_network) == Some(true) {
+        out = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
+    } else {
+        out.push_str("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n");
+        out.push_str("fe00::0\tip6-localnet\nfe00::0\tip6-mcastprefix\nfe00::1\tip6-allnodes\nfe00::2\tip6-allrouters\n");
+        let host = super::spec::hostname(pod);
+        let fqdn = match spec.and_then(|s| s.subdomain.as_deref()) {
+            Some(sub) if !sub.is_empty() => {
+                let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+                format!("{host}.{sub}.{ns}.svc.cluster.local\t{host}")
+            }
+            _ => host,
+        };
+        for ip in pod_ips {
+            out.push_str(&format!("{ip}\t{fqdn}\n"));
+        }
+    }
+    let aliases = spec.and_then(|s| s.host_aliases.as_ref()).filter(|a| !a.is_empty());
+    if let Some(aliases) = aliases {
+        out.push_str("\n# Entries added by HostAliases.\n");
+        for a in aliases {
+            let names = a.hostnames.clone().unwrap_or_default().join("\t");
+            out.push_str(&format!("{}\t{names}\n", a.ip));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::{HostAlias, Pod, PodSpec};
+
+    use super::*;
+
+    #[test]
+    fn hosts_file_cases() {
+        let mut pod = Pod::default();
+        pod.metadata.name = Some("web".into());
+        pod.spec = Some(PodSpec {
+            host_aliases: Some(vec![HostAlias {
+                ip: "10.1.2.3".into(),
+                hostnames: Some(vec!["a".into(), "b".into()]),
+            }]),
+            ..Default::default()
+        });
+        let text = hosts_file(&pod, &["10.88.77.5".to_string()]);
+        assert!(text.starts_with("# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n"), "{text}");
+        assert!(text.contains("10.88.77.5\tweb\n"), "{text}");
+        assert!(text.ends_with("# Entries added by HostAliases.\n10.1.2.3\ta\tb\n"), "{text}");
+    }
 }

@@ -316,10 +316,7 @@ static PROBE: Table = Table {
         ("timeoutSeconds", Leaf),
         ("successThreshold", Leaf),
         ("failureThreshold", Leaf),
-        (
-            "terminationGracePeriodSeconds",
-            Warn("probe-level terminationGracePeriodSeconds is not supported by crilet; the pod's applies"),
-        ),
+        ("terminationGracePeriodSeconds", Leaf),
     ],
     unknown: Unknown::Warn,
 };

@@ -86,18 +86,6 @@ fn warning_cases() {
             "private",
         ),
         (
-            "probe grace",
-            |v| {
-                set(
-                    v,
-                    "/spec/containers/0/livenessProbe",
-                    json!({"tcpSocket": {"port": 80}, "terminationGracePeriodSeconds": 5}),
-                )
-            },
-            "spec.containers[0].livenessProbe.terminationGracePeriodSeconds",
-            "the pod's applies",
-        ),
-        (
             "stopSignal",
             |v| set(v, "/spec/containers/0/lifecycle", json!({"stopSignal": "SIGUSR1"})),
             "spec.containers[0].lifecycle.stopSignal",
