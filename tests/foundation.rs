@@ -317,3 +317,38 @@ spec:
     assert!(text.contains(&format!("{ip}\thosts")), "pod IP and hostname: {text}");
     assert!(text.contains("10.1.2.3\tdb.local\tcache.local"), "host aliases: {text}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn run_as_non_root_refuses_a_root_image() {
+    let a = Agent::start("nonroot").await;
+    a.write_manifest(
+        "n.yaml",
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: nonroot, namespace: t-nonroot}
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: root
+    image: ${CRILET_IMAGE_BUSYBOX}
+    command: [sh, -c, 'trap "exit 0" TERM; while true; do sleep 1; done']
+    securityContext: {runAsNonRoot: true}
+  - name: user
+    image: ${CRILET_IMAGE_BUSYBOX}
+    command: [sh, -c, 'trap "exit 0" TERM; while true; do sleep 1; done']
+    securityContext: {runAsNonRoot: true, runAsUser: 1000}
+"#,
+    );
+    let p = wait_for("root refused, user running", Duration::from_secs(60), || async {
+        let p = a.pod("nonroot")?;
+        let refused = cstatus(&p, "root")?["state"]["waiting"]["reason"] == "CreateContainerConfigError";
+        (refused && running(&p, "user")).then_some(p)
+    })
+    .await;
+    let msg = cstatus(&p, "root").expect("status")["state"]["waiting"]["message"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    assert!(msg.contains("runAsNonRoot"), "message: {msg}");
+}

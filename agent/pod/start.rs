@@ -322,6 +322,9 @@ pub async fn start_container(ctx: &Shared, req: &StartRequest<'_>) -> Result<Str
         Some(id) => id,
         None => ensure_image(ctx, d, c, req.sandbox_config).await?,
     };
+    verify_run_as_non_root(ctx, d, c, &image_ref).await.inspect_err(|e| {
+        ctx.warning(&d.key, name, "Failed", format!("Error: {}", e.message));
+    })?;
     let restart_count = next_restart_count(ctx, req);
     let log_dir = pod_log_dir(&ctx.node, d).join(&c.name);
     mkdir(&log_dir, 0o755)
@@ -363,6 +366,53 @@ pub async fn start_container(ctx: &Shared, req: &StartRequest<'_>) -> Result<Str
         }
     }
     Ok(id)
+}
+
+/// `runAsNonRoot` as the kubelet enforces it: the effective user (container, then pod, then the
+/// image's) must be known and not 0.
+async fn verify_run_as_non_root(
+    ctx: &Shared,
+    d: &DesiredPod,
+    c: &Container,
+    image_ref: &str,
+) -> Result<(), StartError> {
+    let psc = d.pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
+    let csc = c.security_context.as_ref();
+    let non_root = csc.and_then(|s| s.run_as_non_root).or(psc.and_then(|s| s.run_as_non_root)) == Some(true);
+    if !non_root {
+        return Ok(());
+    }
+    let configured = csc.and_then(|s| s.run_as_user).or(psc.and_then(|s| s.run_as_user));
+    let uid = match configured {
+        Some(u) => Some(u),
+        None => {
+            let img = ctx
+                .cri
+                .image_id(image_ref)
+                .await
+                .map_err(|e| err("CreateContainerConfigError", e.to_string()))?;
+            match img {
+                Some(img) => match img.uid {
+                    Some(u) => Some(u.value),
+                    None if img.username.is_empty() => Some(0),
+                    None => None,
+                },
+                None => None,
+            }
+        }
+    };
+    match uid {
+        Some(0) => Err(err(
+            "CreateContainerConfigError",
+            "container has runAsNonRoot and image will run as root".to_string(),
+        )),
+        None => Err(err(
+            "CreateContainerConfigError",
+            "container has runAsNonRoot and image has non-numeric user, cannot verify user is non-root"
+                .to_string(),
+        )),
+        Some(_) => Ok(()),
+    }
 }
 
 /// The pod's /etc/hosts as the kubelet writes it: the node's file for host-network pods, else

@@ -422,11 +422,10 @@ impl Worker {
                 true
             }
             Err(e) => {
-                if e.reason == "ErrImagePull" || e.reason == "ImagePullBackOff" {
-                    // Come back when the image back-off ends (R7.11).
-                    let at = now + 10_000_000_000;
-                    *requeue = Some(requeue.map_or(at, |r| r.min(at)));
-                }
+                // A failed start is retried after the kubelet's sync back-off (10 s, R12.9),
+                // which is also when a pull back-off first expires (R7.11).
+                let at = now + 10_000_000_000;
+                *requeue = Some(requeue.map_or(at, |r| r.min(at)));
                 self.start_errors.insert(spec.name.clone(), e);
                 false
             }
