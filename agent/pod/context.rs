@@ -17,6 +17,9 @@ pub struct PodContext {
     pub registry: Registry,
     pub image_backoff: Mutex<Backoff>,
     pub pull_lock: AsyncMutex<()>,
+    /// When the agent started (R6.2: probes of an agent that started less than one period ago
+    /// begin after a random fraction of the period).
+    pub started: std::time::Instant,
 }
 
 pub type Shared = Arc<PodContext>;
@@ -29,6 +32,7 @@ impl PodContext {
             registry,
             image_backoff: Mutex::new(Backoff::image_pull()),
             pull_lock: AsyncMutex::new(()),
+            started: std::time::Instant::now(),
         })
     }
 

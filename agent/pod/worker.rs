@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Container, Pod, PodStatus};
+use k8s_openapi::api::core::v1::{Container, Pod, PodCondition, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tokio::sync::{Notify, oneshot, watch};
 use tokio_util::sync::CancellationToken;
@@ -59,6 +59,14 @@ struct Worker {
     /// `activeDeadlineSeconds` ran out: everything is stopped and stays stopped.
     deadline_exceeded: bool,
     first_seen: jiff::Timestamp,
+    /// The outside (readiness-gate) conditions last saved under the pod's dir.
+    saved_conditions: Option<Vec<PodCondition>>,
+}
+
+/// Where a pod's outside conditions are saved: they live only in the agent (no API server), so
+/// a restarted agent reloads them instead of flapping `Ready` (DESIGN: no readiness flap).
+fn conditions_path(ctx: &Shared, uid: &str) -> std::path::PathBuf {
+    pod_dir(&ctx.node, uid).join("conditions.json")
 }
 
 /// Runs a pod worker until its pod has terminated (or the agent stops). `synced` fires after the
@@ -76,6 +84,13 @@ pub async fn run_worker(
     let probes =
         ProbeManager::new(ctx.clone(), initial.key.clone(), &initial.uid, wake.clone(), cancel.child_token());
     let update = UpdateState::load(&update_state_path(&ctx, &initial.uid));
+    let saved_conditions: Option<Vec<PodCondition>> =
+        std::fs::read(conditions_path(&ctx, &initial.uid)).ok().and_then(|b| serde_json::from_slice(&b).ok());
+    if ctx.registry.external_conditions(&initial.key).is_empty() {
+        for c in saved_conditions.iter().flatten() {
+            ctx.registry.set_external_condition(&initial.key, c.clone(), false);
+        }
+    }
     let mut w = Worker {
         ctx: ctx.clone(),
         desired: initial,
@@ -87,6 +102,7 @@ pub async fn run_worker(
         update,
         deadline_exceeded: false,
         first_seen: jiff::Timestamp::now(),
+        saved_conditions,
     };
     async move {
         loop {
@@ -150,6 +166,16 @@ impl Worker {
         let ctx = &self.ctx;
         let (_, probe_states) = self.probes.view();
         let mut external = ctx.registry.external_conditions(&self.desired.key);
+        if self.saved_conditions.as_deref().unwrap_or_default() != external.as_slice() {
+            let path = conditions_path(ctx, &self.desired.uid);
+            let tmp = path.with_extension("tmp");
+            let written = serde_json::to_vec(&external).is_ok_and(|json| {
+                std::fs::write(&tmp, json).and_then(|_| std::fs::rename(&tmp, &path)).is_ok()
+            });
+            if written {
+                self.saved_conditions = Some(external.clone());
+            }
+        }
         if let Some(u) = &self.update {
             external.retain(|c| c.type_ != update::CONDITION);
             external.push(u.condition());

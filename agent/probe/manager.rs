@@ -35,7 +35,6 @@ pub struct ProbeManager {
     save_path: PathBuf,
     restored: HashMap<String, Saved>,
     last_saved: BTreeMap<String, Saved>,
-    created: std::time::Instant,
 }
 
 fn probes_of(c: &Container) -> Vec<(ProbeKind, Probe)> {
@@ -78,7 +77,6 @@ impl ProbeManager {
             save_path,
             last_saved: restored.iter().map(|(k, v)| (k.clone(), *v)).collect(),
             restored,
-            created: std::time::Instant::now(),
         }
     }
 
@@ -129,7 +127,9 @@ impl ProbeManager {
                     started_at_ns: c.started_at,
                     pod_ip: pod_ip.clone(),
                     initial,
-                    jitter: self.created.elapsed() < period,
+                    // R6.2: only while the agent itself started less than a period ago (not
+                    // the pod: a pod added to a running agent is probed at once).
+                    jitter: self.ctx.started.elapsed() < period,
                     results: self.results.clone(),
                     wake: self.wake.clone(),
                 };
