@@ -39,6 +39,25 @@ pub enum HttpError {
 }
 
 impl HttpRequest {
+    /// The request an `httpGet` action describes, sent to `host:port` (already resolved).
+    pub fn for_action(
+        get: &k8s_openapi::api::core::v1::HTTPGetAction,
+        host: String,
+        port: u16,
+        user_agent: String,
+        timeout: Option<Duration>,
+    ) -> HttpRequest {
+        HttpRequest {
+            https: get.scheme.as_deref().is_some_and(|s| s.eq_ignore_ascii_case("https")),
+            host,
+            port,
+            path: get.path.clone().unwrap_or_else(|| "/".into()),
+            headers: get.http_headers.iter().flatten().map(|h| (h.name.clone(), h.value.clone())).collect(),
+            user_agent,
+            timeout,
+        }
+    }
+
     pub fn url(&self) -> String {
         let scheme = if self.https { "https" } else { "http" };
         let host = if self.host.contains(':') { format!("[{}]", self.host) } else { self.host.clone() };

@@ -39,15 +39,8 @@ pub async fn run_handler(
             get.host.clone().or_else(|| pod_ip.map(str::to_string)).unwrap_or_else(|| "127.0.0.1".into());
         let port =
             resolve_port(&get.port, spec).ok_or_else(|| format!("cannot resolve port {:?}", get.port))?;
-        let req = HttpRequest {
-            https: get.scheme.as_deref().is_some_and(|s| s.eq_ignore_ascii_case("https")),
-            host,
-            port,
-            path: get.path.clone().unwrap_or_else(|| "/".into()),
-            headers: get.http_headers.iter().flatten().map(|h| (h.name.clone(), h.value.clone())).collect(),
-            user_agent: format!("kube-lifecycle/{}", crate::KUBE_VERSION),
-            timeout: None,
-        };
+        let req =
+            HttpRequest::for_action(get, host, port, format!("kube-lifecycle/{}", crate::KUBE_VERSION), None);
         // Only transport errors fail a hook; the status code is not checked (R8.4).
         return http_get(&req).await.map(drop).map_err(|e| e.to_string());
     }

@@ -48,15 +48,13 @@ pub async fn run(probe: &Probe, t: &Target<'_>) -> Attempt {
         };
         let host = get.host.clone().filter(|h| !h.is_empty()).or_else(|| t.pod_ip.map(str::to_string));
         let Some(host) = host else { return Attempt::Error("pod has no IP yet".into()) };
-        let req = HttpRequest {
-            https: get.scheme.as_deref().is_some_and(|s| s.eq_ignore_ascii_case("https")),
+        let req = HttpRequest::for_action(
+            get,
             host,
             port,
-            path: get.path.clone().unwrap_or_else(|| "/".into()),
-            headers: get.http_headers.iter().flatten().map(|h| (h.name.clone(), h.value.clone())).collect(),
-            user_agent: format!("kube-probe/{}", crate::KUBE_VERSION),
-            timeout: Some(timeout),
-        };
+            format!("kube-probe/{}", crate::KUBE_VERSION),
+            Some(timeout),
+        );
         return http_probe(req).await;
     }
     if let Some(tcp) = &probe.tcp_socket {
