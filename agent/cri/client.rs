@@ -210,8 +210,8 @@ impl CriClient {
                 Err(e) => return Err(e),
             }
         }
-        observed.sandboxes.sort_by(|a, b| b.created_at.cmp(&a.created_at));
-        observed.containers.sort_by(|a, b| b.created_at.cmp(&a.created_at));
+        observed.sandboxes.sort_by_key(|s| std::cmp::Reverse(s.created_at));
+        observed.containers.sort_by_key(|c| std::cmp::Reverse(c.created_at));
         Ok(observed)
     }
 

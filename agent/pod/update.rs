@@ -140,7 +140,7 @@ pub fn held(
 /// Does the running instance use the pulled image? Compared by image ID or repo digest, never by
 /// the tag string.
 fn runs_image(o: &ObservedContainer, img: &PulledImage) -> bool {
-    o.image_ref == img.id || img.repo_digests.iter().any(|d| *d == o.image_ref) || o.image == img.id
+    o.image_ref == img.id || img.repo_digests.contains(&o.image_ref) || o.image == img.id
 }
 
 /// Is the update finished: every updated container running its new image, started and ready?

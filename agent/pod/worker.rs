@@ -501,9 +501,9 @@ impl Worker {
             // A container edited back to what it runs is no longer part of the update.
             state.images.retain(|n, img| desired_images.get(n) == Some(img));
             for (name, image) in state.images.clone() {
-                if !state.pulled.contains_key(&name) {
+                if let std::collections::btree_map::Entry::Vacant(e) = state.pulled.entry(name) {
                     if let Ok(Some(img)) = ctx.cri.image_id(&image).await {
-                        state.pulled.insert(name, PulledImage { id: img.id, repo_digests: img.repo_digests });
+                        e.insert(PulledImage { id: img.id, repo_digests: img.repo_digests });
                     }
                 }
             }
