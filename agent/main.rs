@@ -55,6 +55,10 @@ struct RunArgs {
     /// Container logs directory [default: /var/log/pods]
     #[arg(long)]
     pod_logs_dir: Option<PathBuf>,
+    /// Where the kubelet's legacy per-container log symlinks go; "" for none
+    /// [default: /var/log/containers]
+    #[arg(long)]
+    container_logs_dir: Option<PathBuf>,
     /// The agent's control socket [default: /run/crilet/crilet.sock]
     #[arg(long)]
     control_socket: Option<PathBuf>,
@@ -81,6 +85,7 @@ impl RunArgs {
             self.pod_manifest_path = self.pod_manifest_path.or(file.pod_manifest_path);
             self.root_dir = self.root_dir.or(file.root_dir);
             self.pod_logs_dir = self.pod_logs_dir.or(file.pod_logs_dir);
+            self.container_logs_dir = self.container_logs_dir.or(file.container_logs_dir);
             self.control_socket = self.control_socket.or(file.control_socket);
             self.node_name = self.node_name.or(file.node_name);
         }
@@ -97,6 +102,11 @@ impl RunArgs {
             manifest_dir: self.pod_manifest_path.unwrap_or_else(|| "/etc/crilet/manifests".into()),
             root_dir: self.root_dir.unwrap_or_else(|| "/var/lib/crilet".into()),
             pod_logs_dir: self.pod_logs_dir.unwrap_or_else(|| "/var/log/pods".into()),
+            container_logs_dir: match self.container_logs_dir {
+                Some(p) if p.as_os_str().is_empty() => None,
+                Some(p) => Some(p),
+                None => Some("/var/log/containers".into()),
+            },
             control_socket: self.control_socket.unwrap_or_else(|| "/run/crilet/crilet.sock".into()),
             node_name,
         })
@@ -109,6 +119,7 @@ struct Settings {
     manifest_dir: PathBuf,
     root_dir: PathBuf,
     pod_logs_dir: PathBuf,
+    container_logs_dir: Option<PathBuf>,
     control_socket: PathBuf,
     node_name: String,
 }
@@ -189,6 +200,7 @@ async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
     let node = NodeConfig {
         root_dir: s.root_dir.clone(),
         pod_logs_dir: s.pod_logs_dir.clone(),
+        container_logs_dir: s.container_logs_dir.clone(),
         node_name: s.node_name.clone(),
         host_ip: host_ip(),
         host_dns,

@@ -34,6 +34,7 @@ async fn baseline(cri: &CriClient, image: &str, n: usize, dir: &std::path::Path)
     let node = NodeConfig {
         root_dir: dir.join("root"),
         pod_logs_dir: dir.join("logs"),
+        container_logs_dir: None,
         node_name: "bench".into(),
         host_ip: None,
         host_dns: HostDns::default(),
@@ -113,6 +114,7 @@ async fn with_crilet(
         .arg(&manifests)
         .arg("--root-dir")
         .arg(dir.join("root"))
+        .args(["--container-logs-dir", ""])
         .arg("--pod-logs-dir")
         .arg(dir.join("logs"))
         .arg("--control-socket")

@@ -86,7 +86,7 @@ chmod 0755 "$BENCH_DIR" "$MANIFESTS"
 # cleanup needs it to remove the pods.
 setsid "$CRILET_BIN" run --container-runtime-endpoint "$ENDPOINT" \
     --pod-manifest-path "$MANIFESTS" --root-dir "$BENCH_DIR/root" \
-    --pod-logs-dir "$BENCH_DIR/pod-logs" --control-socket "$SOCK" \
+    --pod-logs-dir "$BENCH_DIR/pod-logs" --container-logs-dir "" --control-socket "$SOCK" \
     --node-name crilet-bench-node 2>"$AGENT_LOG" &
 AGENT_PID=$!
 wait_for 30 "the agent to answer" pods_json || die "agent did not start; see $AGENT_LOG"

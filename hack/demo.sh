@@ -74,6 +74,7 @@ start_daemon "$CRILET_PIDFILE" "$CRILET_LOG" "$BIN" run \
     --pod-manifest-path "$DEMO_MANIFESTS" \
     --root-dir "$CRILET_ROOT_DIR" \
     --pod-logs-dir "$CRILET_POD_LOGS_DIR" \
+    --container-logs-dir "$CRILET_DEV/containers-logs" \
     --control-socket "$CRILET_SOCK"
 PID="$(cat "$CRILET_PIDFILE")"
 log "crilet started (pid $PID), log $CRILET_LOG"

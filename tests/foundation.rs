@@ -67,6 +67,8 @@ async fn two_container_pod_runs_with_kubelet_labels_and_logs() {
         let _ = want;
         let log = a.logs.join(format!("t-basic_two_{uid}")).join(&c.name).join("0.log");
         assert_eq!(c.log_path, log.display().to_string(), "log path in the kubelet layout");
+        let link = a.dir.join("containers").join(format!("two_t-basic_{}-{}.log", c.name, c.id));
+        assert_eq!(std::fs::read_link(&link).ok(), Some(log), "legacy symlink {}", link.display());
     }
     // Exactly the four kubelet labels on containers (R1.10).
     let (_, list) = cri.list_all(Some((keys::POD_UID, &uid))).await.expect("list");
@@ -144,6 +146,9 @@ async fn removing_the_manifest_leaves_nothing_behind() {
     })
     .await;
     assert!(!empty_dir.exists(), "emptyDir removed");
+    let links: Vec<_> =
+        std::fs::read_dir(a.dir.join("containers")).map(|d| d.flatten().collect()).unwrap_or_default();
+    assert!(links.is_empty(), "legacy log symlinks removed: {links:?}");
     wait_for("pod gone from the API", Duration::from_secs(10), || async {
         a.pods().filter(|p| p.is_empty()).map(|_| ())
     })

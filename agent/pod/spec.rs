@@ -19,6 +19,9 @@ use crate::status::qos_class;
 pub struct NodeConfig {
     pub root_dir: PathBuf,
     pub pod_logs_dir: PathBuf,
+    /// Where the legacy `<pod>_<ns>_<container>-<id>.log` symlinks go (R1.13), for log shippers
+    /// that read `/var/log/containers`; `None` makes none.
+    pub container_logs_dir: Option<PathBuf>,
     pub node_name: String,
     pub host_ip: Option<String>,
     /// The host's resolver configuration, parsed once (used for dnsPolicy Default and as the
@@ -441,6 +444,21 @@ pub fn container_config(
         }),
         ..Default::default()
     })
+}
+
+/// R1.13: the legacy symlink of one container instance (name cut to 251 bytes before `.log`).
+pub fn legacy_log_symlink(
+    node: &NodeConfig,
+    pod: &crate::model::PodKey,
+    container: &str,
+    id: &str,
+) -> Option<PathBuf> {
+    let dir = node.container_logs_dir.as_ref()?;
+    let mut name = format!("{}_{}_{}-{}", pod.name, pod.namespace, container, id);
+    while name.len() > 251 {
+        name.pop();
+    }
+    Some(dir.join(format!("{name}.log")))
 }
 
 /// crilet's own annotation: the host file holding this instance's termination message.

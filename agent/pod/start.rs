@@ -346,6 +346,7 @@ pub async fn start_container(ctx: &Shared, req: &StartRequest<'_>) -> Result<Str
         return Err(err("RunContainerError", e.to_string()));
     }
     ctx.normal(&d.key, name, "Started", format!("Started container {}", c.name));
+    link_legacy_log(ctx, d, &c.name, &id, &log_dir.join(format!("{restart_count}.log")));
     if let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
         if let Err(msg) = run_handler(&ctx.cri, &id, c, hook, req.pod_ips.first().map(String::as_str)).await {
             tracing::warn!(pod = %d.key, container = %c.name, error = %msg, "postStart hook failed");
@@ -366,6 +367,22 @@ pub async fn start_container(ctx: &Shared, req: &StartRequest<'_>) -> Result<Str
         }
     }
     Ok(id)
+}
+
+/// R1.13: `/var/log/containers/<pod>_<ns>_<container>-<id>.log` → the CRI log file, once it
+/// exists. Best effort: a failure is logged, never fatal.
+fn link_legacy_log(ctx: &Shared, d: &DesiredPod, container: &str, id: &str, target: &Path) {
+    let Some(link) = spec::legacy_log_symlink(&ctx.node, &d.key, container, id) else { return };
+    if !target.exists() {
+        return;
+    }
+    let made = link.parent().map_or(Ok(()), std::fs::create_dir_all).and_then(|_| {
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(target, &link)
+    });
+    if let Err(e) = made {
+        tracing::warn!(link = %link.display(), error = %e, "cannot create the legacy log symlink");
+    }
 }
 
 /// `runAsNonRoot` as the kubelet enforces it: the effective user (container, then pod, then the

@@ -458,6 +458,13 @@ impl Worker {
         }
     }
 
+    fn remove_legacy_link(&self, container: &str, id: &str) {
+        if let Some(link) = super::spec::legacy_log_symlink(&self.ctx.node, &self.desired.key, container, id)
+        {
+            let _ = std::fs::remove_file(link);
+        }
+    }
+
     /// When `activeDeadlineSeconds` (counted from the pod's start time) runs out, in ns.
     fn active_deadline(&self, observed: &ObservedPod) -> Option<i64> {
         let secs = self.desired.pod.spec.as_ref()?.active_deadline_seconds?;
@@ -634,8 +641,11 @@ impl Worker {
             let seen = seen_exited.entry(c.name.as_str()).or_insert(false);
             if *seen {
                 debug!(container = %c.name, id = %c.id, "removing old exited instance");
-                if self.ctx.cri.remove_container(&c.id).await.is_ok() && !c.log_path.is_empty() {
-                    let _ = std::fs::remove_file(&c.log_path);
+                if self.ctx.cri.remove_container(&c.id).await.is_ok() {
+                    if !c.log_path.is_empty() {
+                        let _ = std::fs::remove_file(&c.log_path);
+                    }
+                    self.remove_legacy_link(&c.name, &c.id);
                 }
             }
             *seen = true;
@@ -685,6 +695,9 @@ impl Worker {
                     let _ = ctx.cri.stop_container(&c.id, Duration::ZERO).await;
                     let _ = ctx.cri.remove_container(&c.id).await;
                 }
+            }
+            for c in &observed.containers {
+                self.remove_legacy_link(&c.name, &c.id);
             }
             let _ = std::fs::remove_dir_all(pod_dir(&ctx.node, &self.desired.uid));
             let _ = std::fs::remove_dir_all(pod_log_dir(&ctx.node, &self.desired));

@@ -113,6 +113,8 @@ impl Agent {
             .arg(&self.root)
             .arg("--pod-logs-dir")
             .arg(&self.logs)
+            .arg("--container-logs-dir")
+            .arg(self.dir.join("containers"))
             .arg("--control-socket")
             .arg(&self.socket)
             .args(["--node-name", "crilet-test-node"])
