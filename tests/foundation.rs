@@ -122,6 +122,11 @@ async fn get_pods_json_matches_cri() {
     for t in ["PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready", "PodScheduled"] {
         assert_eq!(condition(&p, t), Some("True"), "condition {t}");
     }
+    let (ok, list, _) = a.cli(&["get", "pods", "-n", "t-json", "-o", "json"]);
+    assert!(ok);
+    let list: serde_json::Value = serde_json::from_str(&list).expect("json");
+    assert_eq!((list["apiVersion"].as_str(), list["kind"].as_str()), (Some("v1"), Some("PodList")));
+    assert_eq!(list["items"][0]["kind"].as_str(), Some("Pod"));
     let (ok, table, _) = a.cli(&["get", "pods", "-n", "t-json"]);
     assert!(ok);
     let header: Vec<&str> = table.lines().next().unwrap_or("").split_whitespace().collect();

@@ -1,12 +1,13 @@
 //! `-o json` and `-o yaml` as kubectl prints them: objects as unstructured maps (keys sorted),
-//! JSON indented by four spaces with Go's HTML escaping, several pods wrapped in a `v1` `List`.
+//! JSON indented by four spaces with Go's HTML escaping, several pods wrapped in a `v1`
+//! `PodList` (DESIGN's contract; kubectl itself says `List` for the same shape).
 
 use serde::Serialize;
 use serde_json::{Value, json};
 
-/// What `kubectl get pods -o json|yaml` wraps a list of pods in.
+/// The `v1/PodList` that `get pods -o json|yaml` prints.
 pub(crate) fn pod_list(items: Vec<Value>) -> Value {
-    json!({"apiVersion": "v1", "items": items, "kind": "List", "metadata": {"resourceVersion": ""}})
+    json!({"apiVersion": "v1", "items": items, "kind": "PodList", "metadata": {"resourceVersion": ""}})
 }
 
 /// Go's `json.Indent(json.Marshal(v), "", "    ")` plus the trailing newline kubectl adds.
@@ -60,7 +61,7 @@ mod tests {
             }
         }
     ],
-    "kind": "List",
+    "kind": "PodList",
     "metadata": {
         "resourceVersion": ""
     }
@@ -72,7 +73,7 @@ mod tests {
     #[test]
     fn yaml_like_kubectl() {
         let pod = json!({"kind": "Pod", "apiVersion": "v1", "spec": {"containers": [{"name": "app", "args": ["a"]}]}});
-        let want = "apiVersion: v1\nitems:\n- apiVersion: v1\n  kind: Pod\n  spec:\n    containers:\n    - args:\n      - a\n      name: app\nkind: List\nmetadata:\n  resourceVersion: ''\n";
+        let want = "apiVersion: v1\nitems:\n- apiVersion: v1\n  kind: Pod\n  spec:\n    containers:\n    - args:\n      - a\n      name: app\nkind: PodList\nmetadata:\n  resourceVersion: ''\n";
         assert_eq!(to_yaml(&pod_list(vec![pod])).expect("serializable"), want);
     }
 }
