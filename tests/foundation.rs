@@ -362,3 +362,32 @@ spec:
         .to_string();
     assert!(msg.contains("runAsNonRoot"), "message: {msg}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn host_network_pod_runs_once_with_the_host_ip() {
+    let a = Agent::start("hostnet").await;
+    a.write_manifest(
+        "h.yaml",
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: hostnet, namespace: t-hostnet}
+spec:
+  hostNetwork: true
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: main
+    image: ${CRILET_IMAGE_BUSYBOX}
+    command: [sh, -c, 'trap "exit 0" TERM; while true; do sleep 1; done']
+"#,
+    );
+    let p = running_pod(&a, "hostnet").await;
+    let uid = p["metadata"]["uid"].as_str().expect("uid").to_string();
+    assert_eq!(p["status"]["podIP"], p["status"]["hostIP"], "a host-network pod has the host's IP");
+    // The sandbox must be kept: a wrong reading of its network mode would re-create it forever.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let o = a.env.cri().observe(&uid).await.expect("observe");
+    assert_eq!(o.sandboxes.len(), 1, "one sandbox\n{}", a.log());
+    assert!(o.sandboxes[0].host_network, "runtime reports the node network namespace");
+    assert_eq!(o.containers.len(), 1, "one container instance");
+}
