@@ -58,7 +58,7 @@ struct RunArgs {
     /// Where the kubelet's legacy per-container log symlinks go; "" for none
     /// [default: /var/log/containers]
     #[arg(long)]
-    container_logs_dir: Option<PathBuf>,
+    container_logs_dir: Option<String>,
     /// The agent's control socket [default: /run/crilet/crilet.sock]
     #[arg(long)]
     control_socket: Option<PathBuf>,
@@ -103,8 +103,8 @@ impl RunArgs {
             root_dir: self.root_dir.unwrap_or_else(|| "/var/lib/crilet".into()),
             pod_logs_dir: self.pod_logs_dir.unwrap_or_else(|| "/var/log/pods".into()),
             container_logs_dir: match self.container_logs_dir {
-                Some(p) if p.as_os_str().is_empty() => None,
-                Some(p) => Some(p),
+                Some(p) if p.is_empty() => None,
+                Some(p) => Some(p.into()),
                 None => Some("/var/log/containers".into()),
             },
             control_socket: self.control_socket.unwrap_or_else(|| "/run/crilet/crilet.sock".into()),
