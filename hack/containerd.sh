@@ -24,7 +24,14 @@ start() {
         return 0
     fi
     mkdir -p "$(dirname "$CONTAINERD_SOCK")" "$CONTAINERD_ROOT" "$CONTAINERD_STATE" "$RUNC_ROOT" "$LOG_DIR"
-    start_daemon "$CONTAINERD_PIDFILE" "$CONTAINERD_LOG" containerd --config "$CONTAINERD_CONFIG"
+    # CRILET_CONTAINERD_BIN_DIR (optional) puts another containerd first on PATH, shims included
+    # (hack/verify-events.sh runs containerd 1.7 that way).
+    if [ -n "${CRILET_CONTAINERD_BIN_DIR:-}" ]; then
+        PATH="$CRILET_CONTAINERD_BIN_DIR:$PATH" start_daemon "$CONTAINERD_PIDFILE" "$CONTAINERD_LOG" \
+            "$CRILET_CONTAINERD_BIN_DIR/containerd" --config "$CONTAINERD_CONFIG"
+    else
+        start_daemon "$CONTAINERD_PIDFILE" "$CONTAINERD_LOG" containerd --config "$CONTAINERD_CONFIG"
+    fi
     pid="$(cat "$CONTAINERD_PIDFILE")"
     if ! wait_for 60 "containerd to answer on $CONTAINERD_SOCK" containerd_answers; then
         tail -n 30 "$CONTAINERD_LOG" >&2 || true
