@@ -301,6 +301,7 @@ impl Worker {
         debug!(plan = ?the_plan, "sync plan");
         let key = self.desired.key.clone();
         let grace = termination_grace(&pod);
+        let containers = all_containers(&pod);
 
         if let Some(reason) = the_plan.kill_pod {
             let anything = observed
@@ -330,12 +331,8 @@ impl Worker {
                 );
             }
             // R2.7: the init sequence re-runs in the new sandbox.
-            let inits: Vec<String> = all_containers(&pod)
-                .into_iter()
-                .filter(|(_, k)| *k != Kind::App)
-                .map(|(c, _)| c.name)
-                .collect();
-            for c in observed.containers.iter().filter(|c| inits.contains(&c.name)) {
+            let is_init = |name: &str| containers.iter().any(|(c, k)| *k != Kind::App && c.name == name);
+            for c in observed.containers.iter().filter(|c| is_init(&c.name)) {
                 if let Err(e) = ctx.cri.remove_container(&c.id).await {
                     warn!(container = %c.name, error = %e, "removing init container instance failed");
                 }
@@ -344,23 +341,22 @@ impl Worker {
 
         let pod_ip = observed.pod_ips().first().cloned();
         for k in &the_plan.kills {
-            let Some((spec, _)) = all_containers(&pod).into_iter().find(|(c, _)| c.name == k.name) else {
-                continue;
-            };
+            let Some((spec, _)) = containers.iter().find(|(c, _)| c.name == k.name) else { continue };
             let g = match k.reason {
                 KillReason::LivenessProbe => probe_grace(spec.liveness_probe.as_ref()).unwrap_or(grace),
                 KillReason::StartupProbe => probe_grace(spec.startup_probe.as_ref()).unwrap_or(grace),
                 _ => grace,
             };
-            kill_one(&ctx, &self.desired, &spec, &k.id, g, &k.message, pod_ip.as_deref()).await;
+            kill_one(&ctx, &self.desired, spec, &k.id, g, &k.message, pod_ip.as_deref()).await;
         }
 
         let (sandbox_id, pod_ips, attempt) = match the_plan.create_sandbox {
             Some(attempt) => match create_sandbox(&ctx, &self.desired, attempt).await {
                 Ok((id, ips)) => (id, ips, attempt),
                 Err(e) => {
-                    warn!(error = %e.message, "creating the sandbox failed");
-                    return Ok(None);
+                    // Retried after the kubelet's sync back-off (10 s, R12.9).
+                    warn!(error = %e.message, "creating the sandbox failed; retrying");
+                    return Ok(Some(now_ns() + 10_000_000_000));
                 }
             },
             None => match observed.sandbox() {
@@ -374,7 +370,6 @@ impl Worker {
         // The in-place update's own wake-up (end of the drain wait, pull retry) must survive a
         // sync that also had other work, or it waits for an unrelated wake (a crash back-off).
         let mut requeue: Option<i64> = update_requeue;
-        let containers = all_containers(&pod);
         for name in &the_plan.init_to_start {
             let Some((spec, kind)) = containers.iter().find(|(c, _)| &c.name == name) else { continue };
             let ok =
