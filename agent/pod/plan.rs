@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 
 use super::hash::{HASH_SCHEME_ANNOTATION, container_hash_with};
 use crate::model::{ContainerState, ObservedContainer, ObservedPod, SandboxState};
+use crate::status::{ContainerKind, should_restart};
 
 /// A cached probe outcome for one container instance.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -104,25 +105,6 @@ pub fn container_changed(spec: &Container, running: &ObservedContainer) -> bool 
     match container_hash_with(scheme, spec) {
         Some(want) => want != running.hash,
         None => false,
-    }
-}
-
-/// R12.4: a regular init container failed (non-zero exit, or OOM-killed even with exit 0).
-fn init_failed(c: &ObservedContainer) -> bool {
-    c.exit_code != 0 || c.reason == "OOMKilled"
-}
-
-/// R7.1 for app containers: should the newest instance (if any) be (re)started?
-fn should_restart_app(policy: &str, newest: Option<&ObservedContainer>) -> bool {
-    let Some(c) = newest else { return true };
-    match c.state {
-        ContainerState::Running => false,
-        ContainerState::Created | ContainerState::Unknown => true,
-        ContainerState::Exited => match policy {
-            "Never" => false,
-            "OnFailure" => c.exit_code != 0,
-            _ => true,
-        },
     }
 }
 
@@ -223,7 +205,7 @@ pub fn plan_held(pod: &Pod, observed: &ObservedPod, probes: &ProbeResults, held:
                 }
             }
             _ => {
-                if should_restart_app(policy, newest) {
+                if should_restart(ContainerKind::App, policy, newest, false) {
                     plan.app_to_start.push(spec.name.clone());
                     if let Some(c) = newest.filter(|c| c.state == ContainerState::Unknown) {
                         plan.kills.push(ContainerKill {
@@ -341,7 +323,7 @@ fn plan_init_containers(
             // R4.6: a sidecar that exited is restarted whatever the pod's policy.
             ContainerState::Exited if sidecar => starts.push(i),
             ContainerState::Exited => {
-                if init_failed(status) {
+                if crate::status::init_failed(status) {
                     if !restart_on_failure {
                         plan.kill_pod = Some(PodKillReason::InitContainerFailed);
                         plan.init_to_start.clear();

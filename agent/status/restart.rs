@@ -49,7 +49,7 @@ pub fn container_kinds(pod: &Pod) -> Vec<(String, ContainerKind)> {
 
 /// A regular init container failed when it exited non-zero, or was OOM-killed even with exit 0
 /// (R4.2, R12.4).
-pub(crate) fn init_failed(c: &ObservedContainer) -> bool {
+pub fn init_failed(c: &ObservedContainer) -> bool {
     c.exit_code != 0 || c.reason == "OOMKilled"
 }
 
