@@ -391,3 +391,48 @@ spec:
     assert!(o.sandboxes[0].host_network, "runtime reports the node network namespace");
     assert_eq!(o.containers.len(), 1, "one container instance");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_missing_image_is_pulled_again_after_the_back_off() {
+    let a = Agent::start("late-image").await;
+    let registry = a.env.get("CRILET_REGISTRY");
+    let tag = jiff::Timestamp::now().as_second();
+    let image = format!("{registry}/crilet-test-late:{tag}");
+    a.write_manifest(
+        "late.yaml",
+        &format!(
+            r#"
+apiVersion: v1
+kind: Pod
+metadata: {{name: late, namespace: t-late}}
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: main
+    image: {image}
+    command: [sh, -c, 'trap "exit 0" TERM; while true; do sleep 1; done']
+"#
+        ),
+    );
+    wait_for("ErrImagePull / ImagePullBackOff", Duration::from_secs(30), || async {
+        let p = a.pod("late")?;
+        let reason = cstatus(&p, "main")?["state"]["waiting"]["reason"].as_str()?.to_string();
+        (reason == "ErrImagePull" || reason == "ImagePullBackOff").then_some(())
+    })
+    .await;
+    // The image appears in the registry: a later pull attempt (after the back-off) succeeds.
+    let src = format!("docker://{}", a.env.get("CRILET_IMAGE_BUSYBOX"));
+    let out = std::process::Command::new("skopeo")
+        .args([
+            "copy",
+            "--src-tls-verify=false",
+            "--dest-tls-verify=false",
+            &src,
+            &format!("docker://{image}"),
+        ])
+        .output()
+        .expect("skopeo");
+    assert!(out.status.success(), "skopeo copy: {}", String::from_utf8_lossy(&out.stderr));
+    let p = running_pod(&a, "late").await;
+    assert_eq!(cstatus(&p, "main").expect("status")["restartCount"].as_u64(), Some(0));
+}

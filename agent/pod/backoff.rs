@@ -59,6 +59,14 @@ impl Backoff {
         (now_ns < until).then_some(until)
     }
 
+    /// If `key` is backing off counted from its last recorded attempt (`IsInBackOffSinceUpdate`,
+    /// the image pull rule of R7.11), the time (ns) the back-off ends.
+    pub fn backoff_since_update(&self, key: &str, now_ns: i64) -> Option<i64> {
+        let e = self.entries.get(key)?;
+        let until = e.last_update_ns.saturating_add(ns(e.delay));
+        (now_ns < until).then_some(until)
+    }
+
     /// The current delay of `key` (for messages), if it has an entry.
     pub fn delay(&self, key: &str) -> Option<Duration> {
         self.entries.get(key).map(|e| e.delay)
@@ -115,6 +123,24 @@ mod tests {
         assert_eq!(b.backoff_until("c", exit, exit), None);
         b.next("c", exit, exit);
         assert_eq!(b.delay("c"), Some(CRASH_LOOP_INITIAL));
+    }
+
+    /// R7.11: pull attempts after failures at 0, then ≥10, ≥20, ≥40 s.
+    #[test]
+    fn image_pull_schedule() {
+        let mut b = Backoff::image_pull();
+        let mut t = 0;
+        b.next("img", t, t); // first failure
+        for want in [10, 20, 40] {
+            assert_eq!(
+                b.backoff_since_update("img", t + want * S - 1),
+                Some(t + want * S),
+                "still backing off"
+            );
+            assert_eq!(b.backoff_since_update("img", t + want * S), None, "retry after {want} s");
+            t += want * S;
+            b.next("img", t, t); // the retry failed again
+        }
     }
 
     #[test]

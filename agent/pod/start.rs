@@ -145,7 +145,7 @@ pub async fn ensure_image(
     let key = format!("{}_{}", d.uid, image);
     let now = now_ns();
     if let Ok(b) = ctx.image_backoff.lock() {
-        if b.backoff_until(&key, now, now).is_some() {
+        if b.backoff_since_update(&key, now).is_some() {
             let msg = format!("Back-off pulling image \"{image}\"");
             drop(b);
             ctx.normal(&d.key, name, "BackOff", msg.clone());
