@@ -67,16 +67,17 @@ pub struct ObservedSandbox {
 }
 
 /// Container state as CRI reports it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum ContainerState {
     Created,
     Running,
     Exited,
+    #[default]
     Unknown,
 }
 
 /// One container instance of a pod UID, as the runtime reports it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct ObservedContainer {
     pub id: String,
     pub sandbox_id: String,

@@ -43,10 +43,4 @@ impl CriError {
     pub fn is_unimplemented(&self) -> bool {
         matches!(self, CriError::Rpc { code: tonic::Code::Unimplemented, .. })
     }
-
-    /// The runtime could not be reached (down or restarting): retry later, change nothing.
-    pub fn is_unavailable(&self) -> bool {
-        matches!(self, CriError::Rpc { code: tonic::Code::Unavailable | tonic::Code::Unknown, .. })
-            || matches!(self, CriError::DeadlineExceeded { .. } | CriError::Endpoint { .. })
-    }
 }

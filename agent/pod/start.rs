@@ -144,7 +144,9 @@ pub async fn ensure_image(
     }
     let key = format!("{}_{}", d.uid, image);
     let now = now_ns();
-    if let Ok(b) = ctx.image_backoff.lock() {
+    if let Ok(mut b) = ctx.image_backoff.lock() {
+        // Entries unused for 2 × max are gone (they no longer change any decision).
+        b.gc(now);
         if b.backoff_since_update(&key, now).is_some() {
             let msg = format!("Back-off pulling image \"{image}\"");
             drop(b);

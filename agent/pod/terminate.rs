@@ -129,22 +129,9 @@ pub async fn kill_one(
 ) {
     let observed = ObservedContainer {
         id: id.to_string(),
-        sandbox_id: String::new(),
         name: spec.name.clone(),
-        attempt: 0,
         state: ContainerState::Running,
-        created_at: 0,
-        started_at: 0,
-        finished_at: 0,
-        exit_code: 0,
-        reason: String::new(),
-        message: String::new(),
-        image: String::new(),
-        image_ref: String::new(),
-        hash: String::new(),
-        restart_count: 0,
-        log_path: String::new(),
-        annotations: Default::default(),
+        ..Default::default()
     };
     kill_with_deadline(
         ctx.clone(),

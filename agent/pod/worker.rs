@@ -21,7 +21,7 @@ use super::start::{
 };
 use super::terminate::{kill_one, kill_pod};
 use super::update::{self, PulledImage, UpdateState};
-use crate::model::{ContainerState, DesiredPod, ObservedPod, SandboxState};
+use crate::model::{ContainerState, DesiredPod, ObservedPod, ProbeState, SandboxState};
 use crate::probe::manager::ProbeManager;
 use crate::registry::PodRecord;
 use crate::status::{StartError, StatusInput, compute};
@@ -162,9 +162,13 @@ fn all_containers(pod: &Pod) -> Vec<(Container, Kind)> {
 }
 
 impl Worker {
-    fn publish(&mut self, observed: &ObservedPod, terminating: bool) {
+    fn publish(
+        &mut self,
+        observed: &ObservedPod,
+        terminating: bool,
+        probe_states: &BTreeMap<String, ProbeState>,
+    ) {
         let ctx = &self.ctx;
-        let (_, probe_states) = self.probes.view();
         let mut external = ctx.registry.external_conditions(&self.desired.key);
         if self.saved_conditions.as_deref().unwrap_or_default() != external.as_slice() {
             let path = conditions_path(ctx, &self.desired.uid);
@@ -183,7 +187,7 @@ impl Worker {
         let status = compute(&StatusInput {
             desired: &self.desired,
             observed,
-            probes: &probe_states,
+            probes: probe_states,
             start_errors: &self.start_errors,
             terminating,
             external_conditions: &external,
@@ -269,7 +273,8 @@ impl Worker {
                 "Pod was active on the node longer than the specified deadline".into(),
             );
         }
-        self.publish(&observed, false);
+        self.crash_backoff.gc(now_ns());
+        self.publish(&observed, false, &probe_states);
         if self.deadline_exceeded {
             let running = observed
                 .containers
@@ -485,7 +490,7 @@ impl Worker {
         &mut self,
         observed: &ObservedPod,
         probes: &ProbeResults,
-        probe_states: &BTreeMap<String, crate::model::ProbeState>,
+        probe_states: &BTreeMap<String, ProbeState>,
     ) -> (BTreeSet<String>, Option<i64>) {
         let ctx = self.ctx.clone();
         let pod = self.desired.pod.clone();
@@ -669,7 +674,8 @@ impl Worker {
             return false;
         }
         self.probes.reconcile(&self.desired.pod.clone(), &observed, true);
-        self.publish(&observed, true);
+        let (_, probe_states) = self.probes.view();
+        self.publish(&observed, true, &probe_states);
         let grace = termination_grace(&self.desired.pod);
         kill_pod(&ctx, &key, &self.desired.pod, &observed, grace, "pod deleted").await;
         // Sandboxes that were already not ready were skipped by kill_pod; stop them too so their
