@@ -24,14 +24,12 @@ start() {
         return 0
     fi
     mkdir -p "$(dirname "$CONTAINERD_SOCK")" "$CONTAINERD_ROOT" "$CONTAINERD_STATE" "$RUNC_ROOT" "$LOG_DIR"
-    # CRILET_CONTAINERD_BIN_DIR (optional) puts another containerd first on PATH, shims included
-    # (hack/verify-events.sh runs containerd 1.7 that way).
-    if [ -n "${CRILET_CONTAINERD_BIN_DIR:-}" ]; then
-        PATH="$CRILET_CONTAINERD_BIN_DIR:$PATH" start_daemon "$CONTAINERD_PIDFILE" "$CONTAINERD_LOG" \
-            "$CRILET_CONTAINERD_BIN_DIR/containerd" --config "$CONTAINERD_CONFIG"
-    else
-        start_daemon "$CONTAINERD_PIDFILE" "$CONTAINERD_LOG" containerd --config "$CONTAINERD_CONFIG"
-    fi
+    # The runtime's own directory comes first on PATH: containerd starts its shim from PATH
+    # and would otherwise pick up the system's (1.6) shim. runc is found further down.
+    [ -x "$CONTAINERD_BIN_DIR/containerd" ] ||
+        die "no containerd at $CONTAINERD_BIN_DIR (runtime $CRILET_RUNTIME); run hack/setup.sh first"
+    PATH="$CONTAINERD_BIN_DIR:$PATH" start_daemon "$CONTAINERD_PIDFILE" "$CONTAINERD_LOG" \
+        "$CONTAINERD_BIN_DIR/containerd" --config "$CONTAINERD_CONFIG"
     pid="$(cat "$CONTAINERD_PIDFILE")"
     if ! wait_for 60 "containerd to answer on $CONTAINERD_SOCK" containerd_answers; then
         tail -n 30 "$CONTAINERD_LOG" >&2 || true

@@ -24,10 +24,31 @@ LOG_DIR="$CRILET_DEV/logs"
 ENV_FILE="$CRILET_RUN/env"
 
 # --- containerd (ours) -------------------------------------------------------------------
-CONTAINERD_DIR="$CRILET_DEV/containerd"
+# Two runtimes are supported and tested (README): CRILET_RUNTIME=2.1 (the default: Debian
+# sid's containerd 2.x, minor >= 1, fetched and unpacked into a private prefix, never
+# installed; CRI events) or 1.6 (bookworm's system package; relist). Without the variable,
+# the runtime the environment was last set up with is used, so teardown and
+# hack/containerd.sh always act on the containerd that runs.
+RUNTIME_FILE="$CRILET_RUN/runtime"
+CRILET_RUNTIME="${CRILET_RUNTIME:-$(cat "$RUNTIME_FILE" 2>/dev/null || echo 2.1)}"
+case "$CRILET_RUNTIME" in
+    2 | 2.* ) CRILET_RUNTIME=2.1 ;;
+    1.6 | 1.6.*) CRILET_RUNTIME=1.6 ;;
+    *) printf 'CRILET_RUNTIME=%s: expected 2.1 or 1.6\n' "$CRILET_RUNTIME" >&2; exit 2 ;;
+esac
+# sid's containerd lives here, one directory per Debian version, plus a `current` link.
+CONTAINERD_SID_DIR="$CRILET_DEV/containerd-sid"
+if [ "$CRILET_RUNTIME" = 1.6 ]; then
+    CONTAINERD_BIN_DIR=/usr/bin
+else
+    CONTAINERD_BIN_DIR="$CONTAINERD_SID_DIR/current/usr/bin"
+fi
+# Each runtime has its own root and config: 2.x migrates the metadata database, which 1.6
+# cannot read back.
+CONTAINERD_DIR="$CRILET_DEV/containerd-$CRILET_RUNTIME"
 CONTAINERD_CONFIG="$CONTAINERD_DIR/config.toml"
 CONTAINERD_ROOT="$CONTAINERD_DIR/root"
-CONTAINERD_STATE="$CRILET_RUN/containerd/state"
+CONTAINERD_STATE="$CRILET_RUN/containerd-$CRILET_RUNTIME/state"
 CONTAINERD_SOCK="$CRILET_RUN/containerd/containerd.sock"
 CONTAINERD_PIDFILE="$CRILET_RUN/containerd.pid"
 CONTAINERD_LOG="$LOG_DIR/containerd.log"
@@ -83,8 +104,8 @@ require_root() {
 }
 
 # ctr against OUR containerd only; never the default /run/containerd socket.
-ctrd() { ctr --address "$CONTAINERD_SOCK" "$@"; }
-ctrk() { ctr --address "$CONTAINERD_SOCK" -n "$K8S_NS" "$@"; }
+ctrd() { "$CONTAINERD_BIN_DIR/ctr" --address "$CONTAINERD_SOCK" "$@"; }
+ctrk() { "$CONTAINERD_BIN_DIR/ctr" --address "$CONTAINERD_SOCK" -n "$K8S_NS" "$@"; }
 
 # wait_for SECONDS WHAT CMD... — poll CMD (quietly) until it succeeds or the deadline passes.
 wait_for() {
@@ -254,4 +275,56 @@ cni_conflist() {
   ]
 }
 JSON
+}
+
+# --- containerd 2.x from Debian sid -------------------------------------------------------
+# Pinned to the major.minor the suite is tested on; a newer 2.x minor is taken too (and said
+# so), anything else stops with a clear message.
+CONTAINERD_SID_MIN_MINOR=1
+
+# ensure_containerd_sid — make $CONTAINERD_SID_DIR/current hold sid's containerd 2.x
+# (containerd, containerd-shim-runc-v2, ctr), fetched with `apt-get download` through an apt
+# state of our own (the system's sources, lists and cache are untouched) and unpacked with
+# dpkg-deb -x. runc stays bookworm's: sid's needs glibc 2.38. Reruns reuse what is there;
+# CRILET_REFRESH_SID=1 looks for a newer package.
+ensure_containerd_sid() {
+    if [ -x "$CONTAINERD_SID_DIR/current/usr/bin/containerd" ] && [ "${CRILET_REFRESH_SID:-0}" != 1 ]; then
+        return 0
+    fi
+    local apt="$CONTAINERD_SID_DIR/apt" version best="" v major minor
+    mkdir -p "$apt/lists/partial" "$apt/archives/partial" "$apt/cache"
+    echo "deb http://deb.debian.org/debian sid main" >"$apt/sources.list"
+    local opts=(-o "Dir::Etc::SourceList=$apt/sources.list" -o Dir::Etc::SourceParts=/dev/null
+        -o "Dir::State::Lists=$apt/lists" -o "Dir::Cache=$apt/cache"
+        -o "Dir::Cache::Archives=$apt/archives" -o Dir::State::status=/dev/null)
+    log "looking up containerd 2.x in Debian sid (private apt state in $apt)"
+    apt-get "${opts[@]}" update -q >"$apt/update.log" 2>&1 ||
+        die "apt-get update for Debian sid failed; see $apt/update.log"
+    # Highest 2.x with minor >= CONTAINERD_SID_MIN_MINOR among the versions sid offers.
+    for v in $(apt-cache "${opts[@]}" show containerd 2>/dev/null | awk '/^Version:/ {print $2}'); do
+        major="${v%%.*}"; minor="${v#*.}"; minor="${minor%%.*}"
+        [ "$major" = 2 ] && [ "$minor" -ge "$CONTAINERD_SID_MIN_MINOR" ] 2>/dev/null || continue
+        if [ -z "$best" ] || dpkg --compare-versions "$v" gt "$best"; then best="$v"; fi
+    done
+    [ -n "$best" ] || die "Debian sid no longer offers containerd 2.$CONTAINERD_SID_MIN_MINOR or a newer 2.x" \
+        "(it has: $(apt-cache "${opts[@]}" show containerd 2>/dev/null | awk '/^Version:/ {printf "%s ", $2}'))." \
+        "Use CRILET_RUNTIME=1.6, or adapt CONTAINERD_SID_MIN_MINOR in hack/lib.sh."
+    version="$best"
+    case "$version" in
+        2."$CONTAINERD_SID_MIN_MINOR".*) ;;
+        *) warn "sid has containerd $version, newer than the 2.$CONTAINERD_SID_MIN_MINOR the suite is tested on; using it" ;;
+    esac
+    local dest="$CONTAINERD_SID_DIR/$version"
+    if [ ! -x "$dest/usr/bin/containerd" ]; then
+        rm -f "$apt/archives/"containerd_*.deb
+        (cd "$apt/archives" && apt-get "${opts[@]}" download -q "containerd=$version" >"$apt/download.log" 2>&1) ||
+            die "apt-get download containerd=$version failed; see $apt/download.log"
+        rm -rf "$dest.tmp"
+        dpkg-deb -x "$apt/archives/"containerd_*.deb "$dest.tmp"
+        mv "$dest.tmp" "$dest"
+    fi
+    ln -sfn "$version" "$CONTAINERD_SID_DIR/current"
+    "$dest/usr/bin/containerd" --version >/dev/null ||
+        die "sid's containerd $version does not run on this machine"
+    log "containerd $version from Debian sid in $dest (runc stays the system's)"
 }

@@ -198,7 +198,7 @@ remove_network
 bash "$HACK_DIR/containerd.sh" stop
 [ -d "$CONTAINERD_STATE" ] && unmount_orphan_sandbox_shm "$remaining"
 stop_registry
-rm -f "$ENV_FILE"
+rm -f "$ENV_FILE" "$RUNTIME_FILE"
 
 if [ "$ALL" = 1 ]; then
     # Refuse to rm -rf across a live mount (it would delete through it).
