@@ -207,11 +207,13 @@ async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
     };
     let registry = Registry::default();
     let ctx = PodContext::new(cri.clone(), node, registry.clone());
+    let pleg_state = std::sync::Arc::new(pleg::PlegState::default());
     let api_task = {
         let info = crilet::api::RuntimeInfo {
             name: runtime.name.clone(),
             version: runtime.version.clone(),
             api_version: runtime.api_version.clone(),
+            pleg: pleg_state.clone(),
         };
         let path = s.control_socket.clone();
         let registry = registry.clone();
@@ -225,8 +227,8 @@ async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
     };
 
     let wakers = Wakers::default();
-    let pleg_task = tokio::spawn(pleg::run(cri.clone(), wakers.clone(), cancel.clone()));
-    tokio::spawn(pleg::follow_events(cri.clone(), wakers.clone(), cancel.clone()));
+    let pleg_task = tokio::spawn(pleg::run(cri.clone(), wakers.clone(), pleg_state.clone(), cancel.clone()));
+    tokio::spawn(pleg::follow_events(cri.clone(), wakers.clone(), pleg_state, cancel.clone()));
 
     let initial = source::load_dir(&s.manifest_dir, &s.node_name, &source::ManifestSet::default());
     info!(dir = %s.manifest_dir.display(), pods = initial.pods.len(), "manifests loaded");

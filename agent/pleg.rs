@@ -1,20 +1,63 @@
-//! The pod lifecycle event generator: relists every sandbox and container each second and wakes
-//! the worker of every pod whose runtime state changed (R10.1). containerd 1.6 has no CRI event
-//! stream, so relisting is the baseline; a quiet relist costs two list calls.
+//! The pod lifecycle event generator. Events first, relist as the safety net:
+//! - where the runtime has a CRI event stream (containerd 1.7+, 2.x), each event is confirmed
+//!   with a targeted `ContainerStatus` call and wakes its pod's worker at once;
+//! - a relist of every sandbox and container each second (R10.1) wakes the worker of every pod
+//!   whose runtime state changed, catching whatever the stream missed.
+//!
+//! Unlike the kubelet's evented PLEG (R10.3), a broken stream is never given up for good: the
+//! relist runs at once (so nothing that happened during the gap waits for the next tick) and the
+//! stream is reopened with a capped back-off for as long as the agent runs.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::cri::CriClient;
+use crate::cri::{CriClient, api};
 use crate::model::keys;
 
 /// Relist period (R10.1: 1 s).
 pub const RELIST_PERIOD: Duration = Duration::from_secs(1);
+/// First wait before the event stream is reopened after it broke.
+const RECONNECT_MIN: Duration = Duration::from_millis(100);
+/// The back-off's cap: a runtime that is back is followed again within this time.
+const RECONNECT_MAX: Duration = Duration::from_secs(2);
+/// A stream that lived this long was healthy: the next break starts the back-off afresh.
+const HEALTHY_STREAM: Duration = Duration::from_secs(10);
+/// How often a runtime without a stream is asked again (it may have been upgraded).
+const UNIMPLEMENTED_RECHECK: Duration = Duration::from_secs(60);
+
+/// What the PLEG is doing, shared with the control API (`crilet version`) and the relist.
+#[derive(Debug, Default)]
+pub struct PlegState {
+    following: AtomicBool,
+    events_received: AtomicU64,
+    /// Asks the relist loop for a relist now (the stream broke, or came back).
+    relist_now: Notify,
+}
+
+impl PlegState {
+    /// `events` while the CRI event stream is followed, `relist` otherwise.
+    pub fn mode(&self) -> &'static str {
+        if self.following.load(Ordering::Relaxed) { "events" } else { "relist" }
+    }
+
+    /// CRI events received since the agent started.
+    pub fn events_received(&self) -> u64 {
+        self.events_received.load(Ordering::Relaxed)
+    }
+
+    fn set_following(&self, on: bool) {
+        self.following.store(on, Ordering::Relaxed);
+        // Whatever happened while the stream was down (or before it was subscribed) is found
+        // by a relist now rather than at the next tick.
+        self.relist_now.notify_one();
+    }
+}
 
 /// Pod UID → the Notify its worker waits on.
 #[derive(Clone, Default)]
@@ -63,65 +106,155 @@ pub fn changed_uids(old: &Snapshot, new: &Snapshot) -> Vec<String> {
     uids
 }
 
-/// Failed attempts at the event stream before relisting alone is trusted (R10.3: 5).
-const EVENT_STREAM_ATTEMPTS: u32 = 5;
-
-/// Follows the runtime's CRI event stream where it has one (containerd 1.7+), waking a pod's
-/// worker on each event, so changes are seen at once instead of on the next relist. The relist
-/// keeps running beside it as the safety net. Returns when the runtime has no stream.
-pub async fn follow_events(cri: CriClient, wakers: Wakers, cancel: CancellationToken) {
-    let mut failures = 0;
-    while failures < EVENT_STREAM_ATTEMPTS {
-        let stream = tokio::select! {
-            _ = cancel.cancelled() => return,
-            s = cri.container_events() => s,
-        };
-        let mut stream = match stream {
-            Ok(s) => s,
-            Err(e) if e.is_unimplemented() => {
-                info!("the runtime has no CRI event stream; relying on the 1 s relist");
-                return;
-            }
-            Err(e) => {
-                failures += 1;
-                debug!(error = %e, failures, "CRI event stream unavailable");
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                continue;
-            }
-        };
-        info!("following the runtime's CRI event stream");
-        loop {
-            let msg = tokio::select! {
-                _ = cancel.cancelled() => return,
-                m = stream.message() => m,
-            };
-            match msg {
-                Ok(Some(ev)) => {
-                    failures = 0;
-                    let uid = ev
-                        .pod_sandbox_status
-                        .as_ref()
-                        .and_then(|s| s.metadata.as_ref().map(|m| m.uid.clone()))
-                        .or_else(|| {
-                            ev.containers_statuses.iter().find_map(|c| c.labels.get(keys::POD_UID).cloned())
-                        });
-                    if let Some(uid) = uid {
-                        debug!(uid = %uid, container = %ev.container_id, kind = ev.container_event_type, "CRI event");
-                        wakers.wake(&uid);
-                    }
-                }
-                Ok(None) | Err(_) => {
-                    failures += 1;
-                    break;
-                }
-            }
-        }
-    }
-    warn!("the CRI event stream keeps failing; relying on the 1 s relist");
+/// How one attempt at following the stream ended.
+#[derive(Debug, PartialEq)]
+enum Ended {
+    Cancelled,
+    /// The runtime has no event stream.
+    Unimplemented,
+    /// The stream could not be opened.
+    NotOpened(String),
+    /// The stream was followed, then broke after `lived`.
+    Broke { why: String, lived: Duration },
 }
 
-/// Runs the relist loop until `cancel` fires.
-pub async fn run(cri: CriClient, wakers: Wakers, cancel: CancellationToken) {
+/// How long an opened call must stay quiet before the stream counts as established: the
+/// runtime (grpc-go) sends its response headers only with the first event, but refuses an
+/// unimplemented or unreachable stream at once.
+const STREAM_SETTLE: Duration = Duration::from_millis(200);
+
+/// The next wait before reopening, and the back-off after it (doubling up to the cap).
+fn next_wait(ended: &Ended, backoff: Duration) -> (Duration, Duration) {
+    match ended {
+        Ended::Cancelled => (Duration::ZERO, backoff),
+        Ended::Unimplemented => (UNIMPLEMENTED_RECHECK, RECONNECT_MIN),
+        Ended::Broke { lived, .. } if *lived >= HEALTHY_STREAM => (RECONNECT_MIN, RECONNECT_MIN * 2),
+        Ended::Broke { .. } | Ended::NotOpened(_) => (backoff, (backoff * 2).min(RECONNECT_MAX)),
+    }
+}
+
+/// Follows the runtime's CRI event stream for as long as the agent runs, waking a pod's worker
+/// on each event. The worker then observes its pod with targeted `PodSandboxStatus` /
+/// `ContainerStatus` calls, so an event is never trusted on its own: a duplicated, stale or
+/// reordered event costs one observation, never a wrong action.
+pub async fn follow_events(cri: CriClient, wakers: Wakers, pleg: Arc<PlegState>, cancel: CancellationToken) {
+    let mut backoff = RECONNECT_MIN;
+    let mut told_unimplemented = false;
+    let mut told_unavailable = false;
+    loop {
+        let ended = follow_once(&cri, &wakers, &pleg, &cancel).await;
+        if pleg.following.load(Ordering::Relaxed) {
+            pleg.set_following(false);
+        }
+        match &ended {
+            Ended::Cancelled => return,
+            Ended::Unimplemented if !told_unimplemented => {
+                told_unimplemented = true;
+                info!("the runtime has no CRI event stream (GetContainerEvents is unimplemented); relist mode, every 1 s");
+            }
+            Ended::Unimplemented => {}
+            Ended::Broke { why, .. } => {
+                told_unavailable = false;
+                warn!(error = %why, "the CRI event stream broke; relist mode until it is reopened");
+            }
+            Ended::NotOpened(why) if !told_unavailable => {
+                told_unavailable = true;
+                warn!(error = %why, "cannot open the CRI event stream; relist mode, retrying with back-off");
+            }
+            Ended::NotOpened(why) => debug!(error = %why, "CRI event stream still unavailable"),
+        }
+        let (wait, next) = next_wait(&ended, backoff);
+        backoff = next;
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(wait) => {}
+        }
+    }
+}
+
+/// Opens the stream once and follows it until it ends.
+async fn follow_once(
+    cri: &CriClient,
+    wakers: &Wakers,
+    pleg: &PlegState,
+    cancel: &CancellationToken,
+) -> Ended {
+    let open = cri.container_events();
+    tokio::pin!(open);
+    let settle = tokio::time::sleep(STREAM_SETTLE);
+    tokio::pin!(settle);
+    let mut established: Option<Instant> = None;
+    let opened = loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return Ended::Cancelled,
+            r = &mut open => break r,
+            _ = &mut settle, if established.is_none() => {
+                established = Some(Instant::now());
+                info!("following the runtime's CRI event stream (events mode)");
+                pleg.set_following(true);
+            }
+        }
+    };
+    let mut stream = match opened {
+        Ok(s) => s,
+        Err(e) if e.is_unimplemented() => return Ended::Unimplemented,
+        Err(e) => {
+            return match established {
+                Some(t) => Ended::Broke { why: e.to_string(), lived: t.elapsed() },
+                None => Ended::NotOpened(e.to_string()),
+            };
+        }
+    };
+    let since = match established {
+        Some(t) => t,
+        None => {
+            info!("following the runtime's CRI event stream (events mode)");
+            pleg.set_following(true);
+            Instant::now()
+        }
+    };
+    loop {
+        let msg = tokio::select! {
+            _ = cancel.cancelled() => return Ended::Cancelled,
+            m = stream.message() => m,
+        };
+        match msg {
+            Ok(Some(ev)) => on_event(wakers, pleg, &ev),
+            Ok(None) => return Ended::Broke { why: "the runtime ended the stream".into(), lived: since.elapsed() },
+            Err(s) => return Ended::Broke { why: s.to_string(), lived: since.elapsed() },
+        }
+    }
+}
+
+/// The pod UID an event is about: from its sandbox status, else from a container's labels.
+fn event_uid(ev: &api::ContainerEventResponse) -> Option<String> {
+    ev.pod_sandbox_status
+        .as_ref()
+        .and_then(|s| s.metadata.as_ref().map(|m| m.uid.clone()))
+        .filter(|u| !u.is_empty())
+        .or_else(|| ev.containers_statuses.iter().find_map(|c| c.labels.get(keys::POD_UID).cloned()))
+}
+
+fn on_event(wakers: &Wakers, pleg: &PlegState, ev: &api::ContainerEventResponse) {
+    pleg.events_received.fetch_add(1, Ordering::Relaxed);
+    let kind = api::ContainerEventType::try_from(ev.container_event_type)
+        .map_or("unknown", |k| k.as_str_name());
+    match event_uid(ev) {
+        Some(uid) => {
+            debug!(uid = %uid, container = %ev.container_id, kind, "CRI event");
+            wakers.wake(&uid);
+        }
+        None => {
+            // Nothing names the pod: let the relist find out which one changed.
+            debug!(container = %ev.container_id, kind, "CRI event without a pod; relisting");
+            pleg.relist_now.notify_one();
+        }
+    }
+}
+
+/// Runs the relist loop until `cancel` fires: every period, and at once when the event stream
+/// breaks or is (re)established.
+pub async fn run(cri: CriClient, wakers: Wakers, pleg: Arc<PlegState>, cancel: CancellationToken) {
     let mut last: Option<Snapshot> = None;
     let mut failing = false;
     let mut tick = tokio::time::interval(RELIST_PERIOD);
@@ -130,6 +263,7 @@ pub async fn run(cri: CriClient, wakers: Wakers, cancel: CancellationToken) {
         tokio::select! {
             _ = cancel.cancelled() => return,
             _ = tick.tick() => {}
+            _ = pleg.relist_now.notified() => tick.reset(),
         }
         let (sandboxes, containers) = match cri.list_all(None).await {
             Ok(v) => v,
@@ -179,5 +313,47 @@ mod tests {
         let new = snap(&[("a", 1, "u1"), ("b", 2, "u2"), ("d", 0, "u4")]);
         assert_eq!(changed_uids(&old, &new), vec!["u2", "u3", "u4"]);
         assert!(changed_uids(&new, &new).is_empty());
+    }
+
+    #[test]
+    fn reconnect_backoff_is_capped_and_never_gives_up() {
+        let broke = |secs| Ended::Broke { why: String::new(), lived: Duration::from_secs(secs) };
+        let not_opened = Ended::NotOpened(String::new());
+        // (what ended, back-off before) → (wait now, back-off after)
+        let cases = [
+            (not_opened, RECONNECT_MIN, (RECONNECT_MIN, RECONNECT_MIN * 2)),
+            (Ended::NotOpened(String::new()), Duration::from_millis(1600), (Duration::from_millis(1600), RECONNECT_MAX)),
+            (Ended::NotOpened(String::new()), RECONNECT_MAX, (RECONNECT_MAX, RECONNECT_MAX)),
+            (broke(1), Duration::from_millis(800), (Duration::from_millis(800), Duration::from_millis(1600))),
+            // A stream that lived long was healthy: start over.
+            (broke(60), RECONNECT_MAX, (RECONNECT_MIN, RECONNECT_MIN * 2)),
+            (Ended::Unimplemented, RECONNECT_MAX, (UNIMPLEMENTED_RECHECK, RECONNECT_MIN)),
+        ];
+        for (ended, before, want) in cases {
+            assert_eq!(next_wait(&ended, before), want, "{ended:?} after {before:?}");
+        }
+        // However long the outage, the wait stays bounded: the stream is always tried again.
+        let mut backoff = RECONNECT_MIN;
+        for _ in 0..1000 {
+            let (wait, next) = next_wait(&Ended::NotOpened(String::new()), backoff);
+            assert!(wait <= RECONNECT_MAX);
+            backoff = next;
+        }
+    }
+
+    #[test]
+    fn event_uid_from_sandbox_then_labels() {
+        let mut ev = api::ContainerEventResponse { container_id: "c1".into(), ..Default::default() };
+        assert_eq!(event_uid(&ev), None);
+        ev.containers_statuses.push(api::ContainerStatus {
+            labels: [(keys::POD_UID.to_string(), "from-label".to_string())].into(),
+            ..Default::default()
+        });
+        assert_eq!(event_uid(&ev).as_deref(), Some("from-label"));
+        ev.pod_sandbox_status = Some(api::PodSandboxStatus {
+            metadata: Some(api::PodSandboxMetadata { uid: "from-sandbox".into(), ..Default::default() }),
+            ..Default::default()
+        });
+        assert_eq!(event_uid(&ev).as_deref(), Some("from-sandbox"));
     }
 }

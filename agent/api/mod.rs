@@ -27,6 +27,8 @@ pub struct RuntimeInfo {
     pub name: String,
     pub version: String,
     pub api_version: String,
+    /// The PLEG's live mode (events or relist) and event count.
+    pub pleg: std::sync::Arc<crate::pleg::PlegState>,
 }
 
 /// Why the control API could not be served or reached.

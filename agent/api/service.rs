@@ -272,6 +272,8 @@ impl Control for ControlService {
             runtime_name: self.runtime.name.clone(),
             runtime_version: self.runtime.version.clone(),
             runtime_api_version: self.runtime.api_version.clone(),
+            pleg_mode: self.runtime.pleg.mode().to_string(),
+            events_received: self.runtime.pleg.events_received(),
         }))
     }
 }

@@ -127,8 +127,14 @@ pub(crate) fn version_text(client: &str, server: Option<&VersionResponse>) -> St
     let mut text = format!("Client Version: {client}\n");
     if let Some(v) = server {
         text.push_str(&format!(
-            "Server Version: {}\nRuntime Name: {}\nRuntime Version: {}\nRuntime API Version: {}\n",
-            v.crilet_version, v.runtime_name, v.runtime_version, v.runtime_api_version
+            "Server Version: {}\nRuntime Name: {}\nRuntime Version: {}\nRuntime API Version: {}\n\
+             Runtime Changes: {} ({} CRI events received)\n",
+            v.crilet_version,
+            v.runtime_name,
+            v.runtime_version,
+            v.runtime_api_version,
+            v.pleg_mode,
+            v.events_received
         ));
     }
     text
@@ -177,12 +183,15 @@ mod tests {
             runtime_name: "containerd".into(),
             runtime_version: "1.6.20~ds1".into(),
             runtime_api_version: "v1".into(),
+            pleg_mode: "events".into(),
+            events_received: 7,
         };
         assert_eq!(version_text("0.1.0", None), "Client Version: 0.1.0\n");
         assert_eq!(
             version_text("0.1.0", Some(&server)),
             "Client Version: 0.1.0\nServer Version: 0.1.0\nRuntime Name: containerd\n\
-             Runtime Version: 1.6.20~ds1\nRuntime API Version: v1\n"
+             Runtime Version: 1.6.20~ds1\nRuntime API Version: v1\n\
+             Runtime Changes: events (7 CRI events received)\n"
         );
     }
 

@@ -486,3 +486,34 @@ fn ignore_not_found(r: Result<(), CriError>) -> Result<(), CriError> {
         other => other,
     }
 }
+
+/// Read-only calls for `crilet preflight`, each with the caller's deadline (it must never hang).
+impl CriClient {
+    /// The socket path of a `unix://` endpoint (preflight looks at the file before dialing it).
+    pub fn endpoint_socket_path(endpoint: &str) -> Result<PathBuf, CriError> {
+        socket_path(endpoint)
+    }
+
+    /// `Status`, verbose when asked: the runtime's conditions and, from containerd, its
+    /// configuration as JSON in `info["config"]`.
+    pub async fn runtime_status(&self, verbose: bool, timeout: Duration) -> Result<api::StatusResponse, CriError> {
+        let mut c = self.runtime.clone();
+        self.call("Status", &self.endpoint, timeout, c.status(req(api::StatusRequest { verbose }, timeout)))
+            .await
+    }
+
+    /// `RuntimeConfig`: the cgroup driver the runtime uses; `None` when the answer has no Linux
+    /// section. Unimplemented before containerd 2.0.
+    pub async fn cgroup_driver(&self, timeout: Duration) -> Result<Option<api::CgroupDriver>, CriError> {
+        let mut c = self.runtime.clone();
+        let r = self
+            .call(
+                "RuntimeConfig",
+                &self.endpoint,
+                timeout,
+                c.runtime_config(req(api::RuntimeConfigRequest {}, timeout)),
+            )
+            .await?;
+        Ok(r.linux.and_then(|l| api::CgroupDriver::try_from(l.cgroup_driver).ok()))
+    }
+}

@@ -103,9 +103,10 @@ fn status_of(
     match newest {
         Some(n) => {
             st = from_instance(ctx, n, &spec_image, prev);
-            if let Some(s) = second {
-                st.last_state = from_instance(ctx, s, &spec_image, prev).state;
-            }
+            st.last_state = match second {
+                Some(s) => from_instance(ctx, s, &spec_image, prev).state,
+                None => carried_last_state(prev, &container_id(&n.id)),
+            };
         }
         None => no_instance(ctx, kind, prev, &mut st),
     }
@@ -124,6 +125,19 @@ fn status_of(
 
     set_started_ready(ctx, spec, kind, newest, &mut st);
     st
+}
+
+/// `lastState` when the runtime holds only the newest instance (the older one was removed by
+/// container GC, or by the runtime): carried forward from the previous status, as the kubelet
+/// carries it from the status it published, never dropped.
+/// - the previous status described this same instance: its lastState still holds;
+/// - it described an instance that terminated and is gone: that termination is the last state.
+fn carried_last_state(prev: Option<&ContainerStatus>, newest_id: &str) -> Option<ContainerState> {
+    let prev = prev?;
+    if prev.container_id.as_deref() == Some(newest_id) {
+        return prev.last_state.clone();
+    }
+    prev.state.clone().filter(|s| s.terminated.is_some())
 }
 
 /// No runtime instance: the previous status stands, with two upstream inferences.

@@ -378,3 +378,66 @@ fn pruned_init_container_counts_as_completed() {
     assert_eq!((t.exit_code, t.reason.as_deref()), (0, Some("Completed")));
     assert!(got.ready);
 }
+
+/// A previous status for container "a" whose current instance is `id` in `state`, with
+/// `last` as its lastState.
+fn previous_instance(id: &str, state: ContainerState, last: Option<ContainerState>) -> PodStatus {
+    let mut status = previous_with("a", state);
+    if let Some(c) = status.container_statuses.as_mut().and_then(|v| v.first_mut()) {
+        c.container_id = Some(format!("containerd://{id}"));
+        c.last_state = last;
+    }
+    status
+}
+
+#[test]
+fn last_state_survives_garbage_collection_of_the_older_instance() {
+    let running_a1 = ContainerState {
+        running: Some(ContainerStateRunning { started_at: Some(at(3)) }),
+        ..Default::default()
+    };
+    let a0_failed = terminated("a-0", 1, "Error", 1);
+    // The runtime holds only instance a-1 (a-0 was removed); `observed()` names the second
+    // instance of "a" a-1, so one exited/running instance is added after a placeholder.
+    let only_a1 = |exit: Option<i32>| {
+        let seen = observed().sandbox_ready("10.0.0.2").exited("a", 1);
+        let seen = match exit {
+            Some(code) => seen.exited("a", code),
+            None => seen.running("a"),
+        };
+        let mut built = seen.build();
+        built.containers.retain(|c| c.id == "a-1");
+        built
+    };
+    // (name, runtime, previous status, want lastState)
+    let cases = [
+        (
+            "same instance as before: its lastState is carried (OnFailure: exit 1, then exit 0)",
+            only_a1(Some(0)),
+            Some(previous_instance("a-1", running_a1.clone(), Some(a0_failed.clone()))),
+            Some(a0_failed.clone()),
+        ),
+        (
+            "a new instance after a terminated one that is gone: that termination is the last state",
+            only_a1(None),
+            Some(previous_instance("a-0", a0_failed.clone(), None)),
+            Some(a0_failed.clone()),
+        ),
+        (
+            "a new instance after a running one that is gone: nothing is made up",
+            only_a1(None),
+            Some(previous_instance("a-0", running_a1.clone(), None)),
+            None,
+        ),
+        ("no previous status: no lastState", only_a1(None), None, None),
+    ];
+    for (name, seen, previous, want) in cases {
+        let extra = match previous {
+            Some(p) => none().previous(p),
+            None => none(),
+        };
+        let got = app_status(&run(&pod().policy("OnFailure").app("a").build(), &seen, &extra), "a");
+        assert_eq!(got.last_state, want, "{name}");
+        assert_eq!(got.container_id.as_deref(), Some("containerd://a-1"), "{name}");
+    }
+}
