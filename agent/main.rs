@@ -1,5 +1,6 @@
-//! The `crilet` binary: `crilet run` is the node agent; every other subcommand is a client of
-//! its control socket (or reads the log files).
+//! The `crilet` binary: `crilet run` is the node agent; `crilet preflight` checks the node with
+//! the same settings; every other subcommand is a client of its control socket (or reads the
+//! log files).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -32,6 +33,8 @@ struct Cli {
 enum Command {
     /// Run the node agent.
     Run(RunArgs),
+    /// Check the node before running the agent (same flags as `run`); exits 1 if a check fails.
+    Preflight(RunArgs),
     #[command(flatten)]
     Client(crilet::cli::CliCommand),
 }
@@ -251,6 +254,31 @@ async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `crilet preflight`: the node checks against the settings `run` would use; the exit code.
+async fn preflight(args: RunArgs) -> i32 {
+    let config_file = args.config.clone();
+    let report = match args.resolve() {
+        Ok(s) => {
+            crilet::cli::preflight::run(&crilet::cli::preflight::Config {
+                runtime_endpoint: s.runtime_endpoint,
+                image_endpoint: s.image_endpoint,
+                manifest_dir: s.manifest_dir,
+                root_dir: s.root_dir,
+                pod_logs_dir: s.pod_logs_dir,
+                container_logs_dir: s.container_logs_dir,
+                control_socket: s.control_socket,
+                node_name: s.node_name,
+                config_file,
+            })
+            .await
+        }
+        Err(e) => crilet::cli::preflight::Report::config_error(&format!("{e:#}")),
+    };
+    print!("{}", report.render());
+    let _ = std::io::Write::flush(&mut std::io::stdout());
+    if report.passed() { 0 } else { 1 }
+}
+
 #[tokio::main]
 async fn main() {
     tracing_subscriber::fmt()
@@ -264,6 +292,7 @@ async fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(args) => run_agent(args).await,
+        Command::Preflight(args) => std::process::exit(preflight(args).await),
         Command::Client(cmd) => {
             if let Err(e) = crilet::cli::run(cmd).await {
                 crilet::cli::print_error(&e);

@@ -3,7 +3,8 @@
 #
 # Usage: hack/demo.sh            (as root; rerunnable: a crilet it started before is replaced)
 # Runs hack/setup.sh, `cargo build --release`, renders examples/*.yaml (image placeholders
-# filled in) into /var/lib/crilet-dev/demo-manifests, starts
+# filled in) into /var/lib/crilet-dev/demo-manifests, runs `crilet preflight` (stops on a FAIL),
+# then starts
 #   target/release/crilet run ... --control-socket /run/crilet-dev/crilet.sock
 # in the background (pid /run/crilet-dev/crilet.pid, log /var/lib/crilet-dev/logs/crilet.log)
 # and waits up to 120 s until `crilet get pods` shows every pod Running.
@@ -69,13 +70,17 @@ log "rendered $EXPECTED pods into $DEMO_MANIFESTS"
 adopt "$CRILET_PIDFILE" crilet "$CRILET_SOCK" || true
 stop_pid "$CRILET_PIDFILE" "$CRILET_SOCK" crilet 15
 mkdir -p "$CRILET_ROOT_DIR" "$CRILET_POD_LOGS_DIR"
-start_daemon "$CRILET_PIDFILE" "$CRILET_LOG" "$BIN" run \
-    --container-runtime-endpoint "$CRILET_CONTAINERD_ENDPOINT" \
-    --pod-manifest-path "$DEMO_MANIFESTS" \
-    --root-dir "$CRILET_ROOT_DIR" \
-    --pod-logs-dir "$CRILET_POD_LOGS_DIR" \
-    --container-logs-dir "$CRILET_DEV/containers-logs" \
+# One flag list for preflight and run, so preflight checks exactly what the agent will use.
+CRILET_FLAGS=(
+    --container-runtime-endpoint "$CRILET_CONTAINERD_ENDPOINT"
+    --pod-manifest-path "$DEMO_MANIFESTS"
+    --root-dir "$CRILET_ROOT_DIR"
+    --pod-logs-dir "$CRILET_POD_LOGS_DIR"
+    --container-logs-dir "$CRILET_DEV/containers-logs"
     --control-socket "$CRILET_SOCK"
+)
+"$BIN" preflight "${CRILET_FLAGS[@]}" || die "crilet preflight failed: fix the FAIL lines above, then rerun"
+start_daemon "$CRILET_PIDFILE" "$CRILET_LOG" "$BIN" run "${CRILET_FLAGS[@]}"
 PID="$(cat "$CRILET_PIDFILE")"
 log "crilet started (pid $PID), log $CRILET_LOG"
 

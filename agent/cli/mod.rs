@@ -2,6 +2,7 @@
 //! `set-condition`): each talks to the agent's control socket (`crate::api::connect`) and prints
 //! what kubectl would print for the same pods. The printers are pure functions in the sibling
 //! modules; this file holds the flags, the command dispatch and the error reporting.
+//! `preflight` is the exception: it checks the node before the agent runs (see that module).
 
 mod commands;
 mod describe;
@@ -11,6 +12,7 @@ mod format;
 mod logs;
 mod output;
 mod pods;
+pub mod preflight;
 mod tabwriter;
 
 #[cfg(test)]

@@ -496,7 +496,11 @@ impl CriClient {
 
     /// `Status`, verbose when asked: the runtime's conditions and, from containerd, its
     /// configuration as JSON in `info["config"]`.
-    pub async fn runtime_status(&self, verbose: bool, timeout: Duration) -> Result<api::StatusResponse, CriError> {
+    pub async fn runtime_status(
+        &self,
+        verbose: bool,
+        timeout: Duration,
+    ) -> Result<api::StatusResponse, CriError> {
         let mut c = self.runtime.clone();
         self.call("Status", &self.endpoint, timeout, c.status(req(api::StatusRequest { verbose }, timeout)))
             .await
@@ -515,5 +519,19 @@ impl CriClient {
             )
             .await?;
         Ok(r.linux.and_then(|l| api::CgroupDriver::try_from(l.cgroup_driver).ok()))
+    }
+
+    /// `ListImages`: every image the image service holds (preflight looks for pinned ones).
+    pub async fn list_images(&self, timeout: Duration) -> Result<Vec<api::Image>, CriError> {
+        let mut c = self.images.clone();
+        let r = self
+            .call(
+                "ListImages",
+                "all images",
+                timeout,
+                c.list_images(req(api::ListImagesRequest { filter: None }, timeout)),
+            )
+            .await?;
+        Ok(r.images)
     }
 }

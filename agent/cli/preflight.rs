@@ -1,0 +1,182 @@
+//! `crilet preflight`: checks a node before `crilet run` starts on it, against the same settings
+//! (`main` resolves the flags, `--config` and the defaults with `run`'s own code and hands them
+//! over as a [`Config`]). One line per check — PASS, WARN, FAIL, or SKIP when an earlier failure
+//! makes a check meaningless — then a summary; `main` exits non-zero when anything FAILs.
+//!
+//! This file holds the report and the order of the checks; `runtime` checks the container
+//! runtime (CRI) and the host's cgroups, `paths` the directories and the control socket. Every
+//! verdict is a pure function of what was observed (the `*_check` functions, table-tested in
+//! `preflight_tests.rs`); the I/O that gathers the observations is in the `checks` and `probe_*`
+//! functions, each bounded by a timeout so preflight never hangs. Rules the agent enforces come
+//! from the agent's own code: the manifest directory is read by `source::load_dir`, exactly as
+//! `run` reads it.
+
+mod paths;
+mod runtime;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::tabwriter;
+
+/// Deadline of each CRI call.
+const CRI_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long `GetContainerEvents` is given to be refused. containerd sends the stream's headers
+/// only with its first event, so an accepted stream looks like a call that has not answered yet;
+/// a runtime without the call refuses it at once.
+const EVENTS_WAIT: Duration = Duration::from_secs(1);
+/// Deadline of each filesystem check (a hung mount must not hang preflight).
+const LOCAL_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest path a Unix socket address holds (`sun_path` is 108 bytes, NUL included).
+const MAX_SOCKET_PATH: usize = 107;
+
+const CONFIG: &str = "config";
+const CRI_ENDPOINT: &str = "cri-endpoint";
+const RUNTIME_READY: &str = "runtime-ready";
+const NETWORK_READY: &str = "network-ready";
+const CRI_EVENTS: &str = "cri-events";
+const CGROUPS: &str = "cgroups";
+const CGROUP_DRIVER: &str = "cgroup-driver";
+const PAUSE_IMAGE: &str = "pause-image";
+const MANIFEST_DIR: &str = "manifest-dir";
+const ROOT_DIR: &str = "root-dir";
+const POD_LOGS_DIR: &str = "pod-logs-dir";
+const CONTAINER_LOGS_DIR: &str = "container-logs-dir";
+const CONTROL_SOCKET: &str = "control-socket";
+
+/// The settings `crilet run` would use, already resolved (flags over `--config` over defaults).
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub runtime_endpoint: String,
+    pub image_endpoint: String,
+    pub manifest_dir: PathBuf,
+    pub root_dir: PathBuf,
+    pub pod_logs_dir: PathBuf,
+    /// `None` when the legacy `/var/log/containers` symlinks are turned off.
+    pub container_logs_dir: Option<PathBuf>,
+    pub control_socket: PathBuf,
+    pub node_name: String,
+    /// The `--config` file the settings were read from, if any.
+    pub config_file: Option<PathBuf>,
+}
+
+/// The outcome of one check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Pass,
+    Warn,
+    Fail,
+    /// Not run: an earlier check failed in a way that makes this one meaningless.
+    Skip,
+}
+
+impl Verdict {
+    fn label(self) -> &'static str {
+        match self {
+            Verdict::Pass => "PASS",
+            Verdict::Warn => "WARN",
+            Verdict::Fail => "FAIL",
+            Verdict::Skip => "SKIP",
+        }
+    }
+}
+
+/// One line of the report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Check {
+    pub verdict: Verdict,
+    /// Short, stable name (`cri-endpoint`, `manifest-dir`, ...).
+    pub name: &'static str,
+    pub detail: String,
+}
+
+impl Check {
+    fn new(verdict: Verdict, name: &'static str, detail: impl Into<String>) -> Self {
+        Self { verdict, name, detail: detail.into() }
+    }
+    fn pass(name: &'static str, detail: impl Into<String>) -> Self {
+        Self::new(Verdict::Pass, name, detail)
+    }
+    fn warn(name: &'static str, detail: impl Into<String>) -> Self {
+        Self::new(Verdict::Warn, name, detail)
+    }
+    fn fail(name: &'static str, detail: impl Into<String>) -> Self {
+        Self::new(Verdict::Fail, name, detail)
+    }
+    fn skip(name: &'static str, detail: impl Into<String>) -> Self {
+        Self::new(Verdict::Skip, name, detail)
+    }
+}
+
+/// Every check, in the order they are printed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Report {
+    pub checks: Vec<Check>,
+}
+
+impl Report {
+    /// The report when the settings themselves cannot be resolved (an unreadable `--config`).
+    pub fn config_error(error: &str) -> Self {
+        Self { checks: vec![Check::fail(CONFIG, error)] }
+    }
+
+    /// True when no check failed (warnings do not count).
+    pub fn passed(&self) -> bool {
+        !self.checks.iter().any(|c| c.verdict == Verdict::Fail)
+    }
+
+    /// Aligned `VERDICT  name  detail` lines and the summary line.
+    pub fn render(&self) -> String {
+        let mut table = String::new();
+        for c in &self.checks {
+            // The detail is the last cell; a tab or newline in an error message would break it.
+            let detail = c.detail.replace(['\t', '\n'], " ");
+            table.push_str(&format!("{}\t{}\t{}\n", c.verdict.label(), c.name, detail));
+        }
+        let mut out = tabwriter::align(&table, tabwriter::DESCRIBE);
+        let count = |v: Verdict| self.checks.iter().filter(|c| c.verdict == v).count();
+        out.push_str(&format!(
+            "preflight: {} passed, {} warnings, {} failures",
+            count(Verdict::Pass),
+            count(Verdict::Warn),
+            count(Verdict::Fail)
+        ));
+        if count(Verdict::Skip) > 0 {
+            out.push_str(&format!(", {} skipped", count(Verdict::Skip)));
+        }
+        out.push('\n');
+        out
+    }
+}
+
+/// Runs every check against `cfg`. Never panics and never waits longer than the timeouts above.
+pub async fn run(cfg: &Config) -> Report {
+    let mut checks = Vec::new();
+    if let Some(path) = &cfg.config_file {
+        checks.push(Check::pass(CONFIG, format!("{} read", path.display())));
+    }
+    checks.extend(runtime::checks(cfg).await);
+    checks.extend(paths::checks(cfg).await);
+    Report { checks }
+}
+
+/// A blocking probe on the blocking pool, given [`LOCAL_TIMEOUT`] at most.
+async fn blocking<T: Send + 'static>(
+    what: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, String> {
+    match tokio::time::timeout(LOCAL_TIMEOUT, tokio::task::spawn_blocking(f)).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(format!("{what} failed: {e}")),
+        Err(_) => Err(format!("{what} took longer than {}s (a hung filesystem?)", LOCAL_TIMEOUT.as_secs())),
+    }
+}
+
+/// A filesystem check whose probe and verdict run on the blocking pool.
+async fn local(name: &'static str, f: impl FnOnce() -> Check + Send + 'static) -> Check {
+    blocking(&format!("checking {name}"), f).await.unwrap_or_else(|e| Check::fail(name, e))
+}
+
+#[cfg(test)]
+#[path = "preflight_tests.rs"]
+mod tests;

@@ -1,0 +1,619 @@
+use std::collections::HashMap;
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use super::paths::*;
+use super::runtime::*;
+use super::*;
+use crate::cri::{CriError, RuntimeInfo, api};
+use crate::source::{ManifestProblem, ManifestSet, ProblemKind};
+
+fn pass(name: &'static str, detail: &str) -> Check {
+    Check::pass(name, detail)
+}
+fn warn(name: &'static str, detail: &str) -> Check {
+    Check::warn(name, detail)
+}
+fn fail(name: &'static str, detail: &str) -> Check {
+    Check::fail(name, detail)
+}
+fn failed(e: &str) -> CallError {
+    CallError::Failed(e.to_string())
+}
+
+const ENDPOINT: &str = "unix:///run/containerd/containerd.sock";
+
+#[test]
+fn endpoint_cases() {
+    let socket = Path::new("/run/containerd/containerd.sock");
+    let info = RuntimeInfo { name: "containerd".into(), version: "2.1.9".into(), api_version: "v1".into() };
+    let refused = failed("connection refused");
+    let cases = [
+        (
+            "answers: name, version, CRI api version and endpoint",
+            PathState::Socket,
+            Ok(info),
+            pass(CRI_ENDPOINT, "containerd 2.1.9 (CRI v1) at unix:///run/containerd/containerd.sock"),
+        ),
+        (
+            "no socket file: names the path and what to do",
+            PathState::Missing,
+            Err(refused.clone()),
+            fail(
+                CRI_ENDPOINT,
+                "no socket at /run/containerd/containerd.sock (unix:///run/containerd/containerd.sock): is \
+                 containerd running, and does --container-runtime-endpoint name its socket?",
+            ),
+        ),
+        (
+            "a regular file at the path",
+            PathState::NotASocket,
+            Err(refused.clone()),
+            fail(
+                CRI_ENDPOINT,
+                "/run/containerd/containerd.sock is not a socket; --container-runtime-endpoint must name the \
+                 runtime's socket",
+            ),
+        ),
+        (
+            "a stale socket file",
+            PathState::Socket,
+            Err(refused),
+            fail(
+                CRI_ENDPOINT,
+                "nothing answers on /run/containerd/containerd.sock (connection refused); is containerd \
+                 running? (a stopped runtime leaves its socket file behind)",
+            ),
+        ),
+        (
+            "hung runtime",
+            PathState::Socket,
+            Err(CallError::TimedOut),
+            fail(
+                CRI_ENDPOINT,
+                "unix:///run/containerd/containerd.sock did not answer Version within 5s; is the runtime hung? \
+                 (see its log)",
+            ),
+        ),
+        (
+            "CRI plugin disabled",
+            PathState::Socket,
+            Err(CallError::Unimplemented),
+            fail(
+                CRI_ENDPOINT,
+                "unix:///run/containerd/containerd.sock does not serve the CRI v1 runtime service; is the \
+                 runtime's CRI plugin disabled?",
+            ),
+        ),
+    ];
+    for (name, state, version, want) in cases {
+        assert_eq!(endpoint_check(ENDPOINT, socket, &state, &version), want, "{name}");
+    }
+}
+
+fn status(conditions: &[(&str, bool, &str, &str)]) -> api::StatusResponse {
+    api::StatusResponse {
+        status: Some(api::RuntimeStatus {
+            conditions: conditions
+                .iter()
+                .map(|(t, s, r, m)| api::RuntimeCondition {
+                    r#type: t.to_string(),
+                    status: *s,
+                    reason: r.to_string(),
+                    message: m.to_string(),
+                })
+                .collect(),
+        }),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn condition_cases() {
+    let cases = [
+        (
+            "both true",
+            Ok(status(&[("RuntimeReady", true, "", ""), ("NetworkReady", true, "", "")])),
+            [pass(RUNTIME_READY, "RuntimeReady=true"), pass(NETWORK_READY, "NetworkReady=true")],
+        ),
+        (
+            "network not ready: reason and message",
+            Ok(status(&[
+                ("RuntimeReady", true, "", ""),
+                ("NetworkReady", false, "NetworkPluginNotReady", "cni plugin not initialized"),
+            ])),
+            [
+                pass(RUNTIME_READY, "RuntimeReady=true"),
+                fail(NETWORK_READY, "NetworkReady=false: NetworkPluginNotReady: cni plugin not initialized"),
+            ],
+        ),
+        (
+            "condition missing",
+            Ok(status(&[("NetworkReady", true, "", "")])),
+            [
+                fail(RUNTIME_READY, "the runtime does not report RuntimeReady; the agent waits for it"),
+                pass(NETWORK_READY, "NetworkReady=true"),
+            ],
+        ),
+        (
+            "Status failed: the first fails, the second is skipped",
+            Err(CallError::TimedOut),
+            [
+                fail(RUNTIME_READY, "CRI Status failed: no answer within 5s"),
+                Check::skip(NETWORK_READY, "skipped: the runtime's Status call failed"),
+            ],
+        ),
+    ];
+    for (name, answer, want) in cases {
+        assert_eq!(condition_checks(&answer), want, "{name}");
+    }
+}
+
+#[test]
+fn events_cases() {
+    let cases = [
+        (EventsProbe::Opened, Verdict::Pass),
+        (EventsProbe::Accepted, Verdict::Pass),
+        (EventsProbe::Unimplemented, Verdict::Warn),
+        (EventsProbe::Failed("boom".into()), Verdict::Warn),
+    ];
+    for (probe, want) in cases {
+        let check = events_check(&probe);
+        assert_eq!((check.name, check.verdict), (CRI_EVENTS, want), "{probe:?}");
+        match want {
+            Verdict::Pass => assert!(check.detail.starts_with("events"), "{probe:?}: {}", check.detail),
+            _ => assert!(check.detail.contains("the agent relists every 1 s"), "{probe:?}: {}", check.detail),
+        }
+    }
+    assert_eq!(
+        events_check(&EventsProbe::Unimplemented).detail,
+        "no CRI event stream; the agent relists every 1 s"
+    );
+}
+
+#[test]
+fn runtime_hints_cases() {
+    let info = |pairs: &[(&str, &str)]| -> HashMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    };
+    let cases = [
+        ("no info (not verbose, or not containerd)", info(&[]), RuntimeHints::default()),
+        (
+            "containerd 1.6/1.7: sandboxImage and the default runtime's options",
+            info(&[(
+                "config",
+                r#"{"sandboxImage":"registry.k8s.io/pause:3.6","containerd":{"defaultRuntimeName":"runc",
+                   "runtimes":{"runc":{"options":{"SystemdCgroup":true}},"kata":{"options":{"SystemdCgroup":false}}}}}"#,
+            )]),
+            RuntimeHints {
+                sandbox_image: Some("registry.k8s.io/pause:3.6".into()),
+                systemd_cgroup: Some(true),
+            },
+        ),
+        (
+            "a pinnedImages.sandbox key (containerd 2.x's config name) in any info entry",
+            info(&[
+                (
+                    "config",
+                    r#"{"containerd":{"defaultRuntimeName":"runc","runtimes":{"runc":{"options":{"SystemdCgroup":false}}}}}"#,
+                ),
+                ("imageConfig", r#"{"pinnedImages":{"sandbox":"localhost:5099/pause:3.10"}}"#),
+            ]),
+            RuntimeHints {
+                sandbox_image: Some("localhost:5099/pause:3.10".into()),
+                systemd_cgroup: Some(false),
+            },
+        ),
+        (
+            "a default runtime without options, garbage values and empty images say nothing",
+            info(&[
+                (
+                    "config",
+                    r#"{"sandboxImage":"","containerd":{"defaultRuntimeName":"runc","runtimes":{"runc":{}}}}"#,
+                ),
+                ("golang", "go1.23"),
+            ]),
+            RuntimeHints::default(),
+        ),
+    ];
+    for (name, info, want) in cases {
+        assert_eq!(runtime_hints(&info), want, "{name}");
+    }
+}
+
+#[test]
+fn cgroup_version_cases() {
+    let host = CgroupHost::default();
+    let cases = [
+        ("v2", CgroupHost { v2: true, ..host }, Verdict::Pass, "v2"),
+        ("hybrid", CgroupHost { v1_controllers: true, hybrid: true, ..host }, Verdict::Pass, "v1 (hybrid"),
+        ("v1", CgroupHost { v1_controllers: true, ..host }, Verdict::Pass, "v1"),
+        ("nothing mounted", host, Verdict::Fail, "no cgroup hierarchy"),
+    ];
+    for (name, host, verdict, prefix) in cases {
+        let c = cgroup_version_check(&host);
+        assert_eq!((c.name, c.verdict), (CGROUPS, verdict), "{name}");
+        assert!(c.detail.starts_with(prefix), "{name}: {}", c.detail);
+    }
+}
+
+#[test]
+fn cgroup_driver_cases() {
+    use Driver::*;
+    let cases = [
+        (
+            "runtime says cgroupfs",
+            Ok(Some(Cgroupfs)),
+            None,
+            true,
+            Verdict::Pass,
+            "cgroupfs (from CRI RuntimeConfig)",
+        ),
+        (
+            "runtime says systemd: pods cannot start",
+            Ok(Some(Systemd)),
+            None,
+            false,
+            Verdict::Fail,
+            "the runtime uses the systemd",
+        ),
+        (
+            "the runtime's answer beats its config",
+            Ok(Some(Cgroupfs)),
+            Some(true),
+            true,
+            Verdict::Pass,
+            "cgroupfs",
+        ),
+        (
+            "unimplemented, config says systemd",
+            Err(CallError::Unimplemented),
+            Some(true),
+            true,
+            Verdict::Fail,
+            "the runtime uses the systemd cgroup driver (from the runtime's config: SystemdCgroup = true)",
+        ),
+        (
+            "unimplemented, config says cgroupfs",
+            Err(CallError::Unimplemented),
+            Some(false),
+            true,
+            Verdict::Pass,
+            "cgroupfs (from the runtime's config: SystemdCgroup = false)",
+        ),
+        (
+            "unknown on a systemd host",
+            Err(CallError::Unimplemented),
+            None,
+            true,
+            Verdict::Warn,
+            "cannot tell the runtime's cgroup driver (RuntimeConfig: not implemented by the runtime)",
+        ),
+        (
+            "unknown without systemd",
+            Err(CallError::Unimplemented),
+            None,
+            false,
+            Verdict::Pass,
+            "cgroupfs (PID 1 is not systemd",
+        ),
+        (
+            "no Linux section, systemd host",
+            Ok(None),
+            None,
+            true,
+            Verdict::Warn,
+            "cannot tell the runtime's cgroup driver (RuntimeConfig has no Linux section)",
+        ),
+    ];
+    for (name, reported, config, systemd_booted, verdict, prefix) in cases {
+        let c = cgroup_driver_check(&reported, config, systemd_booted);
+        assert_eq!((c.name, c.verdict), (CGROUP_DRIVER, verdict), "{name}: {}", c.detail);
+        assert!(c.detail.starts_with(prefix), "{name}: {}", c.detail);
+    }
+}
+
+#[test]
+fn pause_image_cases() {
+    let image = "localhost:5099/pause:3.10";
+    let id = "sha256:699e66a8c95899a55fd54acfcb8788ed664310ff56178037ef098c2eeeaee6b1";
+    let named = |present| PauseProbe::Named { image: image.to_string(), present };
+    let cases = [
+        (
+            "named and present",
+            named(Ok(Some(id.to_string()))),
+            pass(PAUSE_IMAGE, "localhost:5099/pause:3.10 present (699e66a8c958)"),
+        ),
+        (
+            "named and absent",
+            named(Ok(None)),
+            warn(PAUSE_IMAGE, "localhost:5099/pause:3.10 not present; will be pulled on the first pod"),
+        ),
+        (
+            "image service broken",
+            named(Err(failed("unavailable"))),
+            fail(
+                PAUSE_IMAGE,
+                "CRI ImageStatus of localhost:5099/pause:3.10 at unix:///img.sock failed: unavailable",
+            ),
+        ),
+        (
+            "not named, pinned (containerd 2.x)",
+            PauseProbe::Pinned(Ok(vec![image.to_string()])),
+            pass(PAUSE_IMAGE, "localhost:5099/pause:3.10 present (pinned by the runtime)"),
+        ),
+        (
+            "not named, nothing pinned",
+            PauseProbe::Pinned(Ok(vec![])),
+            warn(
+                PAUSE_IMAGE,
+                "no pinned sandbox image (the runtime does not name its pause image, and pins it only once \
+                 present); will be pulled on the first pod",
+            ),
+        ),
+        (
+            "ListImages failed",
+            PauseProbe::Pinned(Err(CallError::TimedOut)),
+            fail(PAUSE_IMAGE, "CRI ListImages at unix:///img.sock failed: no answer within 5s"),
+        ),
+    ];
+    for (name, probe, want) in cases {
+        assert_eq!(pause_image_check(&probe, "unix:///img.sock"), want, "{name}");
+    }
+}
+
+#[test]
+fn image_names() {
+    let image = |tags: &[&str], digests: &[&str]| api::Image {
+        id: "sha256:abc".into(),
+        repo_tags: tags.iter().map(|t| t.to_string()).collect(),
+        repo_digests: digests.iter().map(|t| t.to_string()).collect(),
+        ..Default::default()
+    };
+    assert_eq!(image_name(&image(&["pause:3.10", "pause:latest"], &["pause@sha256:1"])), "pause:3.10");
+    assert_eq!(image_name(&image(&[], &["pause@sha256:1"])), "pause@sha256:1");
+    assert_eq!(image_name(&image(&[], &[])), "sha256:abc");
+}
+
+#[test]
+fn manifest_dir_cases() {
+    let dir = Path::new("/etc/crilet/manifests");
+    let file = dir.join("web.yaml");
+    let set = |problems: Vec<ManifestProblem>| ManifestSet { pods: Default::default(), problems };
+    let cases = [
+        (
+            "missing: FAIL with the path",
+            ManifestDirProbe::Missing,
+            fail(
+                MANIFEST_DIR,
+                "/etc/crilet/manifests does not exist; create it (mode 0755) or set --pod-manifest-path",
+            ),
+        ),
+        (
+            "refused directory (load_dir's own verdict): FAIL",
+            ManifestDirProbe::Read {
+                mode: 0o777,
+                set: set(vec![ManifestProblem::file(ProblemKind::Error, dir, "writable by group or others")]),
+            },
+            fail(MANIFEST_DIR, "/etc/crilet/manifests: writable by group or others"),
+        ),
+        (
+            "a bad manifest: WARN with the first problem",
+            ManifestDirProbe::Read {
+                mode: 0o755,
+                set: set(vec![
+                    ManifestProblem::file(ProblemKind::Warning, &file, "ignored field"),
+                    ManifestProblem::doc(
+                        ProblemKind::Error,
+                        &file,
+                        0,
+                        Some("metadata.name".into()),
+                        "bad".into(),
+                    ),
+                ]),
+            },
+            warn(
+                MANIFEST_DIR,
+                "/etc/crilet/manifests (mode 0755, 0 pods); 1 manifest problem(s), first: \
+                 /etc/crilet/manifests/web.yaml: document 0: metadata.name: bad",
+            ),
+        ),
+        (
+            "only warnings: PASS",
+            ManifestDirProbe::Read {
+                mode: 0o700,
+                set: set(vec![ManifestProblem::file(ProblemKind::Warning, &file, "ignored field")]),
+            },
+            pass(MANIFEST_DIR, "/etc/crilet/manifests (mode 0700, 0 pods)"),
+        ),
+    ];
+    for (name, probe, want) in cases {
+        assert_eq!(manifest_dir_check(dir, &probe), want, "{name}");
+    }
+}
+
+/// The probe reads the directory with the agent's own `load_dir`, so its permission rule applies.
+#[test]
+fn manifest_dir_probe_uses_the_agents_rules() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("manifests");
+    assert_eq!(manifest_dir_check(&dir, &probe_manifest_dir(&dir, "node")).verdict, Verdict::Fail);
+
+    fs::create_dir(&dir).expect("mkdir");
+    let pod = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  containers:\n  - name: app\n    image: busybox\n";
+    fs::write(dir.join("web.yaml"), pod).expect("write");
+    fs::set_permissions(dir.join("web.yaml"), fs::Permissions::from_mode(0o644)).expect("chmod");
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).expect("chmod");
+    let ok = manifest_dir_check(&dir, &probe_manifest_dir(&dir, "node"));
+    assert_eq!(ok, pass(MANIFEST_DIR, &format!("{} (mode 0755, 1 pod)", dir.display())));
+
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o777)).expect("chmod");
+    let bad = manifest_dir_check(&dir, &probe_manifest_dir(&dir, "node"));
+    assert_eq!(bad.verdict, Verdict::Fail, "{}", bad.detail);
+    assert!(bad.detail.starts_with(&dir.display().to_string()), "{}", bad.detail);
+    assert!(bad.detail.contains("writable by group or others"), "{}", bad.detail);
+}
+
+#[test]
+fn writable_dir_cases() {
+    let path = Path::new("/var/lib/crilet");
+    let cases = [
+        (DirProbe::Writable, pass(ROOT_DIR, "/var/lib/crilet (writable)")),
+        (
+            DirProbe::NotWritable("Read-only file system".into()),
+            fail(ROOT_DIR, "/var/lib/crilet is not writable: Read-only file system"),
+        ),
+        (DirProbe::NotADir, fail(ROOT_DIR, "/var/lib/crilet exists and is not a directory")),
+        (
+            DirProbe::Missing { ancestor: "/var/lib".into(), creatable: true },
+            warn(ROOT_DIR, "/var/lib/crilet does not exist; will be created (in /var/lib)"),
+        ),
+        (
+            DirProbe::Missing { ancestor: "/var/lib".into(), creatable: false },
+            fail(
+                ROOT_DIR,
+                "/var/lib/crilet does not exist and cannot be created: /var/lib is not a writable directory",
+            ),
+        ),
+    ];
+    for (probe, want) in cases {
+        assert_eq!(writable_dir_check(ROOT_DIR, path, &probe), want, "{probe:?}");
+    }
+}
+
+#[test]
+fn dir_probe_finds_the_nearest_existing_ancestor() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    assert_eq!(probe_dir(tmp.path()), DirProbe::Writable);
+    assert_eq!(
+        probe_dir(&tmp.path().join("a/b/c")),
+        DirProbe::Missing { ancestor: tmp.path().to_path_buf(), creatable: true }
+    );
+    let file = tmp.path().join("file");
+    fs::write(&file, "").expect("write");
+    assert_eq!(probe_dir(&file), DirProbe::NotADir);
+    assert_eq!(probe_dir(&file.join("sub")), DirProbe::Missing { ancestor: file, creatable: false });
+}
+
+#[test]
+fn control_socket_cases() {
+    let path = Path::new("/run/crilet/crilet.sock");
+    let cases = [
+        (SocketProbe::Free(DirProbe::Writable), Verdict::Pass, "/run/crilet/crilet.sock (free)"),
+        (
+            SocketProbe::Free(DirProbe::Missing { ancestor: "/run".into(), creatable: true }),
+            Verdict::Pass,
+            "/run/crilet/crilet.sock (free; its directory will be created)",
+        ),
+        (
+            SocketProbe::Free(DirProbe::NotADir),
+            Verdict::Fail,
+            "cannot create /run/crilet/crilet.sock: /run/crilet exists and is not a directory",
+        ),
+        (
+            SocketProbe::Live { mode: 0o600 },
+            Verdict::Fail,
+            "an agent already listens on /run/crilet/crilet.sock: stop it or choose another --control-socket",
+        ),
+        (
+            SocketProbe::Live { mode: 0o666 },
+            Verdict::Fail,
+            "an agent already listens on /run/crilet/crilet.sock: stop it or choose another --control-socket \
+             (and its mode 0666 lets group/others connect)",
+        ),
+        (
+            SocketProbe::Stale { mode: 0o600 },
+            Verdict::Pass,
+            "/run/crilet/crilet.sock (stale socket of an earlier agent; will be replaced)",
+        ),
+        (
+            SocketProbe::Stale { mode: 0o660 },
+            Verdict::Warn,
+            "stale socket /run/crilet/crilet.sock has mode 0660 (group/others can connect); the agent replaces \
+             it with a 0600 one",
+        ),
+        (
+            SocketProbe::NotASocket,
+            Verdict::Fail,
+            "/run/crilet/crilet.sock exists and is not a socket; the agent will not replace it",
+        ),
+        (
+            SocketProbe::TooLong(120),
+            Verdict::Fail,
+            "/run/crilet/crilet.sock is 120 bytes long; a Unix socket path holds at most 107",
+        ),
+    ];
+    for (probe, verdict, detail) in cases {
+        assert_eq!(
+            control_socket_check(path, &probe),
+            Check::new(verdict, CONTROL_SOCKET, detail),
+            "{probe:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn control_socket_probe_sees_live_and_stale_sockets() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let path = tmp.path().join("s.sock");
+    assert_eq!(probe_control_socket(&path).await, SocketProbe::Free(DirProbe::Writable));
+    let listener = tokio::net::UnixListener::bind(&path).expect("bind");
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).expect("chmod");
+    assert_eq!(probe_control_socket(&path).await, SocketProbe::Live { mode: 0o600 });
+    drop(listener);
+    assert_eq!(probe_control_socket(&path).await, SocketProbe::Stale { mode: 0o600 });
+    let long = tmp.path().join("x".repeat(120));
+    assert!(matches!(probe_control_socket(&long).await, SocketProbe::TooLong(_)));
+}
+
+#[test]
+fn report_renders_aligned_lines_and_a_summary() {
+    let report = Report {
+        checks: vec![
+            pass(CRI_ENDPOINT, "containerd 2.1.9 (CRI v1) at unix:///run/c.sock"),
+            warn(CRI_EVENTS, "no CRI event stream;\tthe agent relists\nevery 1 s"),
+            fail(MANIFEST_DIR, "/m does not exist"),
+            Check::skip(PAUSE_IMAGE, "skipped"),
+        ],
+    };
+    let want = "\
+PASS  cri-endpoint  containerd 2.1.9 (CRI v1) at unix:///run/c.sock
+WARN  cri-events    no CRI event stream; the agent relists every 1 s
+FAIL  manifest-dir  /m does not exist
+SKIP  pause-image   skipped
+preflight: 1 passed, 1 warnings, 1 failures, 1 skipped
+";
+    assert_eq!(report.render(), want);
+    assert!(!report.passed());
+
+    let ok = Report { checks: vec![pass(ROOT_DIR, "/r (writable)"), warn(POD_LOGS_DIR, "will be created")] };
+    assert!(ok.passed(), "warnings do not fail preflight");
+    assert!(ok.render().ends_with("preflight: 1 passed, 1 warnings, 0 failures\n"));
+
+    let bad_config = Report::config_error("parsing config /etc/crilet/config.yaml: unknown field `foo`");
+    assert!(!bad_config.passed());
+    assert_eq!(
+        bad_config.render(),
+        "FAIL  config  parsing config /etc/crilet/config.yaml: unknown field `foo`\n\
+         preflight: 0 passed, 0 warnings, 1 failures\n"
+    );
+}
+
+#[test]
+fn cri_errors_map_to_call_errors() {
+    let rpc = |code| CriError::Rpc { op: "Version", target: "x".into(), code, message: "m".into() };
+    assert_eq!(CallError::from(rpc(tonic::Code::Unimplemented)), CallError::Unimplemented);
+    assert_eq!(
+        CallError::from(CriError::DeadlineExceeded {
+            op: "Status",
+            target: "x".into(),
+            timeout: CRI_TIMEOUT
+        }),
+        CallError::TimedOut
+    );
+    assert_eq!(
+        CallError::from(rpc(tonic::Code::Unavailable)),
+        CallError::Failed("CRI Version for x failed: Unavailable: m".into())
+    );
+}
