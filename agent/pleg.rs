@@ -115,7 +115,10 @@ enum Ended {
     /// The stream could not be opened.
     NotOpened(String),
     /// The stream was followed, then broke after `lived`.
-    Broke { why: String, lived: Duration },
+    Broke {
+        why: String,
+        lived: Duration,
+    },
 }
 
 /// How long an opened call must stay quiet before the stream counts as established: the
@@ -150,7 +153,9 @@ pub async fn follow_events(cri: CriClient, wakers: Wakers, pleg: Arc<PlegState>,
             Ended::Cancelled => return,
             Ended::Unimplemented if !told_unimplemented => {
                 told_unimplemented = true;
-                info!("the runtime has no CRI event stream (GetContainerEvents is unimplemented); relist mode, every 1 s");
+                info!(
+                    "the runtime has no CRI event stream (GetContainerEvents is unimplemented); relist mode, every 1 s"
+                );
             }
             Ended::Unimplemented => {}
             Ended::Broke { why, .. } => {
@@ -220,7 +225,9 @@ async fn follow_once(
         };
         match msg {
             Ok(Some(ev)) => on_event(wakers, pleg, &ev),
-            Ok(None) => return Ended::Broke { why: "the runtime ended the stream".into(), lived: since.elapsed() },
+            Ok(None) => {
+                return Ended::Broke { why: "the runtime ended the stream".into(), lived: since.elapsed() };
+            }
             Err(s) => return Ended::Broke { why: s.to_string(), lived: since.elapsed() },
         }
     }
@@ -237,8 +244,8 @@ fn event_uid(ev: &api::ContainerEventResponse) -> Option<String> {
 
 fn on_event(wakers: &Wakers, pleg: &PlegState, ev: &api::ContainerEventResponse) {
     pleg.events_received.fetch_add(1, Ordering::Relaxed);
-    let kind = api::ContainerEventType::try_from(ev.container_event_type)
-        .map_or("unknown", |k| k.as_str_name());
+    let kind =
+        api::ContainerEventType::try_from(ev.container_event_type).map_or("unknown", |k| k.as_str_name());
     match event_uid(ev) {
         Some(uid) => {
             debug!(uid = %uid, container = %ev.container_id, kind, "CRI event");
@@ -322,7 +329,11 @@ mod tests {
         // (what ended, back-off before) → (wait now, back-off after)
         let cases = [
             (not_opened, RECONNECT_MIN, (RECONNECT_MIN, RECONNECT_MIN * 2)),
-            (Ended::NotOpened(String::new()), Duration::from_millis(1600), (Duration::from_millis(1600), RECONNECT_MAX)),
+            (
+                Ended::NotOpened(String::new()),
+                Duration::from_millis(1600),
+                (Duration::from_millis(1600), RECONNECT_MAX),
+            ),
             (Ended::NotOpened(String::new()), RECONNECT_MAX, (RECONNECT_MAX, RECONNECT_MAX)),
             (broke(1), Duration::from_millis(800), (Duration::from_millis(800), Duration::from_millis(1600))),
             // A stream that lived long was healthy: start over.

@@ -1,18 +1,23 @@
 #!/usr/bin/env bash
-# hack/test.sh — run crilet's whole test suite against a real containerd (what CI runs).
+# hack/test.sh — run crilet's whole test suite against real containerds (what CI runs).
 #
 # Usage: hack/test.sh [TEST-FILTER/ARGS...]    (as root)
-# Runs hack/setup.sh (packages, private containerd, registry, images), exports the variables
-# of /run/crilet-dev/env (the integration tests read them), runs
-#   cargo test --workspace -- --test-threads=2 [ARGS...]
-# and always finishes with hack/teardown.sh (not --all: images stay for the next run), also
-# when setup or the tests fail or the run is interrupted. Exits with cargo's status
-# (or setup's, if setup failed). A teardown problem is reported but does not change it.
-# Example: hack/test.sh e2e_sidecar      (only tests whose name contains e2e_sidecar)
+# Two legs, each set up by hack/setup.sh (packages, private containerd, registry, images):
+#   containerd 2.1 (Debian sid's, CRI events): unit tests, the systemd unit check, every
+#       integration test in tests/, then the CRI conformance run (hack/critest.sh);
+#   containerd 1.6 (bookworm's, relist): the lifecycle, probe, status and runtime-restart tests.
+# ARGS go to the test binaries of both legs, e.g. `hack/test.sh e2e_sidecar` runs only tests
+# whose name contains e2e_sidecar (and skips critest). CRILET_TEST_LEGS="2.1" (or "1.6") runs
+# one leg. The run always ends with hack/teardown.sh (not --all: images stay for the next
+# run), also when a step fails or the run is interrupted. Exits non-zero if any step failed;
+# a teardown problem is reported but does not change the status.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
 require_root
+LEGS="${CRILET_TEST_LEGS:-2.1 1.6}"
+# The tests that must pass on the relist leg too.
+RELIST_TESTS=(--test lifecycle --test probes --test status --test runtime_restart)
 
 cleanup() {
     local status=$?
@@ -26,15 +31,51 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-bash "$HACK_DIR/setup.sh"
-
-set -a
-# shellcheck disable=SC1090
-. "$ENV_FILE"
-set +a
-
 cd "$REPO_ROOT"
-bash "$HACK_DIR/verify-unit.sh"
-status=0
-cargo test --workspace -- --test-threads=2 "$@" || status=$?
-exit "$status"
+failed=()
+# step NAME CMD... — run one step, remember it if it fails, go on with the next.
+step() {
+    local name="$1" t0=$SECONDS
+    shift
+    log "== $name"
+    if "$@"; then
+        log "== $name: ok ($((SECONDS - t0)) s)"
+    else
+        warn "== $name: FAILED ($((SECONDS - t0)) s)"
+        failed+=("$name")
+    fi
+}
+
+# leg RUNTIME — set the environment up on that containerd and export its variables.
+leg() {
+    CRILET_RUNTIME="$1" bash "$HACK_DIR/setup.sh"
+    set -a
+    # shellcheck disable=SC1090
+    . "$ENV_FILE"
+    set +a
+    log "testing on containerd $CRILET_RUNTIME_VERSION"
+}
+
+for runtime in $LEGS; do
+    case "$runtime" in
+        2.1)
+            leg 2.1
+            step "systemd unit" bash "$HACK_DIR/verify-unit.sh"
+            step "tests on containerd 2.1 (events)" cargo test --workspace --no-fail-fast -- --test-threads=2 "$@"
+            if [ "$#" -eq 0 ]; then
+                step "critest on containerd 2.1" bash "$HACK_DIR/critest.sh" --runtime 2.1
+            fi
+            ;;
+        1.6)
+            leg 1.6
+            step "tests on containerd 1.6 (relist)" cargo test --no-fail-fast "${RELIST_TESTS[@]}" -- --test-threads=2 "$@"
+            ;;
+        *) die "unknown leg $runtime in CRILET_TEST_LEGS (2.1 or 1.6)" ;;
+    esac
+done
+
+if [ "${#failed[@]}" -gt 0 ]; then
+    warn "failed: ${failed[*]}"
+    exit 1
+fi
+log "all legs passed: $LEGS"

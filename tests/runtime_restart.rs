@@ -23,8 +23,12 @@ spec:
     command: [sh, -c, 'trap "exit 0" TERM; while true; do sleep 1; done']
 "#;
 
+/// The tests here restart the one shared containerd: one at a time.
+static RUNTIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test(flavor = "multi_thread")]
 async fn containerd_restart_under_a_running_agent() {
+    let _one_at_a_time = RUNTIME.lock().await;
     let a = Agent::start("ctrd-restart").await;
     a.write_manifest("steady.yaml", POD);
     let p = running_pod(&a, "steady").await;
@@ -48,4 +52,87 @@ async fn containerd_restart_under_a_running_agent() {
     assert_eq!(b, c, "no container recreated\n{}", a.log());
     assert!(after.containers.iter().all(|c| c.state == ContainerState::Running));
     running_pod(&a, "steady").await;
+}
+
+/// The first instance exits with 3 once the test creates /signal/exit (a hostPath); the next
+/// one removes the file and runs on.
+const ON_SIGNAL: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: evented, namespace: t-ctrd}
+spec:
+  terminationGracePeriodSeconds: 2
+  volumes:
+  - name: signal
+    hostPath: {path: "${SIGNAL_DIR}", type: Directory}
+  containers:
+  - name: main
+    image: ${CRILET_IMAGE_BUSYBOX}
+    volumeMounts: [{name: signal, mountPath: /signal}]
+    command: [sh, -c, 'trap "exit 0" TERM; if [ -f /signal/exit ]; then rm -f /signal/exit; while true; do sleep 1; done; fi; while [ ! -f /signal/exit ]; do sleep 0.1; done; exit 3']
+"#;
+
+/// "events" or "relist", as `crilet version` reports the agent's mode.
+fn pleg_mode(a: &Agent) -> Option<String> {
+    let (ok, out, _) = a.cli(&["version"]);
+    let line = out.lines().find(|l| l.starts_with("Runtime Changes:")).filter(|_| ok)?;
+    line.split_whitespace().nth(2).map(str::to_string)
+}
+
+fn containerd(action: &str) {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/hack/containerd.sh");
+    let out = std::process::Command::new("bash").args([script, action]).output().expect("containerd.sh");
+    assert!(out.status.success(), "containerd {action}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// The kubelet's evented PLEG gives the stream up after 5 failed attempts (about 5 s); crilet
+/// must follow it again after any outage. On a runtime without a stream (1.6) the agent says
+/// so once and relists.
+#[tokio::test(flavor = "multi_thread")]
+async fn event_stream_is_followed_again_after_a_long_runtime_outage() {
+    let _one_at_a_time = RUNTIME.lock().await;
+    let a = Agent::start("events-outage").await;
+    let dir = a.dir.join("signal");
+    std::fs::create_dir_all(&dir).expect("signal dir");
+    a.write_manifest("evented.yaml", &ON_SIGNAL.replace("${SIGNAL_DIR}", &dir.display().to_string()));
+    let p = running_pod(&a, "evented").await;
+    let uid = p["metadata"]["uid"].as_str().expect("uid").to_string();
+    let first = container_id(&p, "main").expect("first instance");
+    let evented = a.env.get("CRILET_RUNTIME") != "1.6";
+    let want_mode = if evented { "events" } else { "relist" };
+    wait_for(&format!("{want_mode} mode"), Duration::from_secs(30), || async {
+        (pleg_mode(&a).as_deref() == Some(want_mode)).then_some(())
+    })
+    .await;
+
+    // An outage longer than the kubelet's give-up time.
+    containerd("stop");
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    containerd("start");
+    wait_for(&format!("{want_mode} mode after the outage"), Duration::from_secs(30), || async {
+        (pleg_mode(&a).as_deref() == Some(want_mode)).then_some(())
+    })
+    .await;
+
+    std::fs::write(dir.join("exit"), "").expect("signal");
+    let cri = a.env.cri();
+    let (old, new) = wait_for("the replacement instance running", Duration::from_secs(30), || async {
+        let o = cri.observe(&uid).await.ok()?;
+        let new = o.containers.iter().find(|c| c.attempt == 1 && c.state == ContainerState::Running)?;
+        let old = o.containers.iter().find(|c| c.id == first)?;
+        Some((old.clone(), new.clone()))
+    })
+    .await;
+    let gap_ms = (new.started_at - old.finished_at) / 1_000_000;
+    eprintln!("exit -> replacement started after the outage: {gap_ms} ms ({want_mode} mode)");
+    let log = std::fs::read_to_string(&a.log_file).expect("agent log");
+    if evented {
+        assert!(log.contains("the CRI event stream broke"), "the break was not logged\n{}", a.log());
+        let seen = log
+            .lines()
+            .any(|l| l.contains("CRI event") && l.contains(&first) && l.contains("CONTAINER_STOPPED_EVENT"));
+        assert!(seen, "the exit of {first} did not come through the event stream\n{}", a.log());
+    } else {
+        assert_eq!(log.matches("the runtime has no CRI event stream").count(), 1, "said once\n{}", a.log());
+    }
 }

@@ -52,13 +52,12 @@ async fn serves_over_a_private_socket() {
     let path = dir.path().join("run/crilet.sock");
     let (registry, key) = registry_with_pod();
     let cancel = CancellationToken::new();
-    let runtime =
-        RuntimeInfo {
-            name: "containerd".into(),
-            version: "1.6.20".into(),
-            api_version: "v1".into(),
-            pleg: Default::default(),
-        };
+    let runtime = RuntimeInfo {
+        name: "containerd".into(),
+        version: "1.6.20".into(),
+        api_version: "v1".into(),
+        pleg: Default::default(),
+    };
     let server = tokio::spawn(serve(path.clone(), registry.clone(), runtime, cancel.clone()));
 
     let mut client = loop {

@@ -121,10 +121,16 @@ pub(crate) fn select_log_file(
     container: &str,
     pod: &str,
 ) -> Result<u32, String> {
-    let newest = status.map_or(0, |st| u32::try_from(st.restart_count).unwrap_or(0));
+    let reported = status.map_or(0, |st| u32::try_from(st.restart_count).unwrap_or(0));
+    // The files can be ahead of a status that lags (the instance was created after the status
+    // was read): a file numbered above the restartCount is a newer instance, so the one before
+    // it has terminated.
+    let top = files.iter().copied().max().filter(|&t| t > reported);
+    let newest = top.unwrap_or(reported);
     let state = status.and_then(|st| st.state.clone()).unwrap_or_default();
-    let exited_before = status.and_then(|st| st.last_state.as_ref()).is_some_and(|l| l.terminated.is_some());
-    let waiting = state.running.is_none() && state.terminated.is_none();
+    let exited_before =
+        top.is_some() || status.and_then(|st| st.last_state.as_ref()).is_some_and(|l| l.terminated.is_some());
+    let waiting = top.is_none() && state.running.is_none() && state.terminated.is_none();
     let highest_below = |limit: u32| files.iter().copied().filter(|&n| n < limit).max();
     if previous {
         let limit = if waiting { newest.saturating_add(1) } else { newest };

@@ -88,6 +88,9 @@ fn log_file_choice() {
     let backoff2 = status(with_last_exit(waiting("app", "CrashLoopBackOff", 2), 5));
     let first = status(running("app", true, 0));
     let pulling = status(waiting("app", "ErrImagePull", 0));
+    let lagging =
+        status(json!({"name": "app", "image": "b", "imageID": "", "ready": false, "restartCount": 0,
+                                "state": {"terminated": {"exitCode": 1}}}));
     let not_found = Err("previous terminated container \"app\" in pod \"web\" not found".to_string());
     let cases = [
         ("running: the newest instance", vec![0, 1, 2], Some(&run2), false, Ok(2)),
@@ -101,7 +104,16 @@ fn log_file_choice() {
             true,
             Ok(2),
         ),
-        ("first instance --previous", vec![0], Some(&first), true, not_found),
+        ("first instance --previous", vec![0], Some(&first), true, not_found.clone()),
+        ("status lags behind a restart: --previous reads the files", vec![0, 1], Some(&lagging), true, Ok(0)),
+        (
+            "status lags behind a restart: the newest file is current",
+            vec![0, 1],
+            Some(&lagging),
+            false,
+            Ok(1),
+        ),
+        ("only the files' newest instance: no previous", vec![1], Some(&lagging), true, not_found),
         (
             "image pull failing",
             vec![],

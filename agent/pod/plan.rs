@@ -77,6 +77,40 @@ impl Plan {
     }
 }
 
+/// How long the restart of an instance that someone else SIGKILLed waits (ns).
+pub const KILLED_SETTLE_NS: i64 = 300_000_000;
+
+/// When the plan's starts should wait, if they should: a runtime stopping a sandbox (an
+/// out-of-band `StopPodSandbox`, a sandbox lost) SIGKILLs its containers one by one before the
+/// sandbox itself turns NotReady, and with CRI events the first exit is seen before the
+/// sandbox is. Restarting into a sandbox being torn down only costs a restart for nothing
+/// (upstream's 1 s relist usually sees both at once), so the start of an instance that exited
+/// with 137 (not OOMKilled, not killed by the agent) within the last `KILLED_SETTLE_NS` waits
+/// that long for the sandbox's fate to show.
+pub fn settle_until(
+    plan: &Plan,
+    observed: &ObservedPod,
+    killed_by_agent: &BTreeSet<String>,
+    now: i64,
+) -> Option<i64> {
+    if plan.create_sandbox.is_some() {
+        return None;
+    }
+    plan.init_to_start
+        .iter()
+        .chain(&plan.app_to_start)
+        .filter_map(|name| observed.newest(name))
+        .filter(|c| {
+            c.state == ContainerState::Exited
+                && c.exit_code == 137
+                && c.reason != "OOMKilled"
+                && !killed_by_agent.contains(&c.id)
+        })
+        .map(|c| c.finished_at.saturating_add(KILLED_SETTLE_NS))
+        .filter(|until| *until > now)
+        .max()
+}
+
 /// Is this init container a native sidecar (`restartPolicy: Always`)?
 pub fn is_sidecar(c: &Container) -> bool {
     c.restart_policy.as_deref() == Some("Always")

@@ -14,7 +14,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::backoff::Backoff;
 use super::context::{Shared, now_ns};
-use super::plan::{KillReason, PodKillReason, ProbeResults, is_sidecar, plan_held};
+use super::plan::{KillReason, PodKillReason, ProbeResults, is_sidecar, plan_held, settle_until};
 use super::spec::{Kind, pod_dir, pod_log_dir, sandbox_config, termination_grace};
 use super::start::{
     StartRequest, backoff_key, crash_backoff_wait, create_sandbox, ensure_image, start_container,
@@ -61,12 +61,29 @@ struct Worker {
     first_seen: jiff::Timestamp,
     /// The outside (readiness-gate) conditions last saved under the pod's dir.
     saved_conditions: Option<Vec<PodCondition>>,
+    /// The published status as last saved under the pod's dir.
+    saved_status: Option<Vec<u8>>,
+    /// During a sync that kills nothing: the runtime state as the sync's own starts changed it,
+    /// published after each start (one targeted `ContainerStatus`), so a restart shows at once.
+    live: Option<ObservedPod>,
+    /// Instances the agent killed itself (their 137 is no sign of a sandbox going away).
+    killed_by_agent: BTreeSet<String>,
+    /// This sync executed something (sandbox, container, start error): observe and publish
+    /// again before waiting, so the status never lags behind the agent's own actions.
+    acted: bool,
 }
 
 /// Where a pod's outside conditions are saved: they live only in the agent (no API server), so
 /// a restarted agent reloads them instead of flapping `Ready` (DESIGN: no readiness flap).
 fn conditions_path(ctx: &Shared, uid: &str) -> std::path::PathBuf {
     pod_dir(&ctx.node, uid).join("conditions.json")
+}
+
+/// Where a pod's last published status is saved: the kubelet carries restartCount and lastState
+/// forward from the status it published (kept by the API server); crilet keeps its own, so a
+/// restarted agent still knows the last state of an instance the runtime has removed since.
+fn status_path(ctx: &Shared, uid: &str) -> std::path::PathBuf {
+    pod_dir(&ctx.node, uid).join("status.json")
 }
 
 /// Runs a pod worker until its pod has terminated (or the agent stops). `synced` fires after the
@@ -91,18 +108,24 @@ pub async fn run_worker(
             ctx.registry.set_external_condition(&initial.key, c.clone(), false);
         }
     }
+    let saved_status = std::fs::read(status_path(&ctx, &initial.uid)).ok();
+    let status: Option<PodStatus> = saved_status.as_deref().and_then(|b| serde_json::from_slice(b).ok());
     let mut w = Worker {
         ctx: ctx.clone(),
         desired: initial,
         crash_backoff: Backoff::crash_loop(),
         start_errors: BTreeMap::new(),
-        status: None,
+        status,
         termination_messages: BTreeMap::new(),
         probes,
         update,
         deadline_exceeded: false,
         first_seen: jiff::Timestamp::now(),
         saved_conditions,
+        saved_status,
+        killed_by_agent: BTreeSet::new(),
+        live: None,
+        acted: false,
     };
     async move {
         loop {
@@ -121,7 +144,7 @@ pub async fn run_worker(
                 }
                 Desire::Run(d) => {
                     w.desired = d;
-                    match w.sync_once().await {
+                    match w.sync().await {
                         Ok(requeue) => {
                             if let Some(at) = requeue {
                                 let delay = Duration::from_nanos(u64::try_from(at - now_ns()).unwrap_or(0));
@@ -220,8 +243,7 @@ impl Worker {
             status.message = Some("Pod was active on the node longer than the specified deadline".into());
         }
         pod.status = Some(status.clone());
-        self.status = Some(status);
-        ctx.registry.put_pod(
+        self.ctx.registry.put_pod(
             self.desired.key.clone(),
             PodRecord {
                 pod,
@@ -229,6 +251,66 @@ impl Worker {
                 warnings: self.desired.warnings.clone(),
             },
         );
+        self.save_status(&status);
+        self.status = Some(status);
+    }
+
+    /// Saves the published status under the pod's dir when it changed (atomically).
+    fn save_status(&mut self, status: &PodStatus) {
+        let Ok(json) = serde_json::to_vec(status) else { return };
+        if self.saved_status.as_deref() == Some(json.as_slice()) {
+            return;
+        }
+        let path = status_path(&self.ctx, &self.desired.uid);
+        let tmp = path.with_extension("tmp");
+        match std::fs::write(&tmp, &json).and_then(|_| std::fs::rename(&tmp, &path)) {
+            Ok(()) => self.saved_status = Some(json),
+            Err(e) => debug!(error = %e, path = %path.display(), "saving the pod status failed"),
+        }
+    }
+
+    /// One sync, then, if it executed anything, a fresh observation published before the worker
+    /// waits: `get pods`, `logs --previous` and conditions show what the agent just did.
+    async fn sync(&mut self) -> Result<Option<i64>, crate::cri::CriError> {
+        self.acted = false;
+        let result = self.sync_once().await;
+        self.live = None;
+        if self.acted {
+            self.observe_and_publish(false).await;
+        }
+        result
+    }
+
+    /// Observes the pod and publishes its status (after actions; errors only delay that to the
+    /// next sync).
+    async fn observe_and_publish(&mut self, terminating: bool) {
+        match self.ctx.cri.observe(&self.desired.uid).await {
+            Ok(observed) => {
+                self.read_termination_messages(&observed);
+                let pod = self.desired.pod.clone();
+                self.probes.reconcile(&pod, &observed, terminating);
+                let (_, probe_states) = self.probes.view();
+                self.publish(&observed, terminating, &probe_states);
+            }
+            Err(e) => debug!(error = %e, "observing the pod after the sync failed; the next sync publishes"),
+        }
+    }
+
+    /// Publishes the sync's live snapshot with the instance just started spliced in.
+    async fn publish_started(&mut self, id: &str, sandbox_id: &str) {
+        if self.live.is_none() {
+            return;
+        }
+        let started = match self.ctx.cri.container_status(id, sandbox_id).await {
+            Ok(c) => c,
+            Err(e) => return debug!(error = %e, "status of the started container; the sync's end publishes"),
+        };
+        let Some(live) = self.live.as_mut() else { return };
+        live.containers.retain(|c| c.id != started.id);
+        live.containers.insert(0, started);
+        let snapshot = live.clone();
+        let (_, probe_states) = self.probes.view();
+        self.publish(&snapshot, false, &probe_states);
     }
 
     /// R9.2: termination messages of exited instances, read once per instance.
@@ -282,6 +364,7 @@ impl Worker {
                 .any(|c| matches!(c.state, ContainerState::Running | ContainerState::Unknown))
                 || observed.sandboxes.iter().any(|s| s.state == SandboxState::Ready);
             if running {
+                self.acted = true;
                 kill_pod(
                     &ctx,
                     &self.desired.key,
@@ -294,16 +377,27 @@ impl Worker {
             }
             return Ok(None);
         }
-        let the_plan = plan_held(&pod, &observed, &probe_results, &held);
-        let update_requeue = match (update_requeue, deadline) {
+        let mut the_plan = plan_held(&pod, &observed, &probe_results, &held);
+        let mut update_requeue = match (update_requeue, deadline) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
+        self.killed_by_agent.retain(|id| observed.containers.iter().any(|c| &c.id == id));
+        if let Some(until) = settle_until(&the_plan, &observed, &self.killed_by_agent, now_ns()) {
+            debug!("an instance was SIGKILLed from outside; starts wait to see whether the sandbox goes too");
+            the_plan.init_to_start.clear();
+            the_plan.app_to_start.clear();
+            update_requeue = Some(update_requeue.map_or(until, |r| r.min(until)));
+        }
         if the_plan.is_empty() {
             self.collect_garbage(&observed).await;
             return Ok(update_requeue);
         }
         debug!(plan = ?the_plan, "sync plan");
+        self.acted = true;
+        let only_starts =
+            the_plan.kill_pod.is_none() && the_plan.kills.is_empty() && the_plan.create_sandbox.is_none();
+        self.live = only_starts.then(|| observed.clone());
         let key = self.desired.key.clone();
         let grace = termination_grace(&pod);
         let containers = all_containers(&pod);
@@ -352,6 +446,7 @@ impl Worker {
                 KillReason::StartupProbe => probe_grace(spec.startup_probe.as_ref()).unwrap_or(grace),
                 _ => grace,
             };
+            self.killed_by_agent.insert(k.id.clone());
             kill_one(&ctx, &self.desired, spec, &k.id, g, &k.message, pod_ip.as_deref()).await;
         }
 
@@ -443,8 +538,9 @@ impl Worker {
             pulled_image,
         };
         match start_container(&self.ctx, &req).await {
-            Ok(_) => {
+            Ok(id) => {
                 self.start_errors.remove(&spec.name);
+                self.publish_started(&id, sandbox_id).await;
                 true
             }
             Err(e) => {
@@ -632,7 +728,7 @@ impl Worker {
 
     /// R12.5 / R4.10: keep only the newest exited instance of each container, and remove dead
     /// sandboxes that are not the newest and hold no containers.
-    async fn collect_garbage(&self, observed: &ObservedPod) {
+    async fn collect_garbage(&mut self, observed: &ObservedPod) {
         let mut seen_exited: HashMap<&str, bool> = HashMap::new();
         for c in &observed.containers {
             if c.state != ContainerState::Exited {
@@ -642,6 +738,7 @@ impl Worker {
             if *seen {
                 debug!(container = %c.name, id = %c.id, "removing old exited instance");
                 if self.ctx.cri.remove_container(&c.id).await.is_ok() {
+                    self.acted = true;
                     if !c.log_path.is_empty() {
                         let _ = std::fs::remove_file(&c.log_path);
                     }
@@ -678,6 +775,9 @@ impl Worker {
         self.publish(&observed, true, &probe_states);
         let grace = termination_grace(&self.desired.pod);
         kill_pod(&ctx, &key, &self.desired.pod, &observed, grace, "pod deleted").await;
+        if !remove {
+            self.observe_and_publish(true).await;
+        }
         // Sandboxes that were already not ready were skipped by kill_pod; stop them too so their
         // network is released.
         for sb in observed.sandboxes.iter().filter(|s| s.state != SandboxState::Ready) {

@@ -427,3 +427,52 @@ fn held_containers_are_kept() {
     assert_eq!(got.init_to_start, vec!["s"], "the sidecar goes first");
     assert!(got.app_to_start.is_empty(), "the held app stays");
 }
+
+#[test]
+fn starts_after_an_outside_sigkill_wait_for_the_sandbox() {
+    // The "a" instance finished at 103 (ns) in the fixtures.
+    let finished = 103;
+    let until = finished + KILLED_SETTLE_NS;
+    let ours: BTreeSet<String> = ["a-0".to_string()].into();
+    let none = BTreeSet::new();
+    let restart_a = Plan { app_to_start: vec!["a".into()], ..Default::default() };
+    let oom = {
+        let mut o = observed().ready().exited("a", 137);
+        o.0.containers[0].reason = "OOMKilled".into();
+        o
+    };
+    // (name, plan, runtime, killed by the agent, now, want)
+    let cases = [
+        (
+            "SIGKILLed from outside, just now: wait",
+            restart_a.clone(),
+            observed().ready().exited("a", 137),
+            &none,
+            finished,
+            Some(until),
+        ),
+        ("the wait is over", restart_a.clone(), observed().ready().exited("a", 137), &none, until, None),
+        (
+            "killed by the agent itself",
+            restart_a.clone(),
+            observed().ready().exited("a", 137),
+            &ours,
+            finished,
+            None,
+        ),
+        ("exited on its own", restart_a.clone(), observed().ready().exited("a", 1), &none, finished, None),
+        ("OOM kill", restart_a.clone(), oom, &none, finished, None),
+        (
+            "a new sandbox is made anyway",
+            Plan { create_sandbox: Some(1), ..restart_a.clone() },
+            observed().ready().exited("a", 137),
+            &none,
+            finished,
+            None,
+        ),
+        ("nothing to start", Plan::default(), observed().ready().exited("a", 137), &none, finished, None),
+    ];
+    for (name, plan, o, killed, now, want) in cases {
+        assert_eq!(settle_until(&plan, &o.0, killed, now), want, "{name}");
+    }
+}
