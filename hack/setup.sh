@@ -508,7 +508,7 @@ switch_runtime_if_needed() {
     active="$(cat "$RUNTIME_FILE" 2>/dev/null || true)"
     [ -n "$active" ] && [ "$active" != "$CRILET_RUNTIME" ] || return 0
     log "switching the environment from containerd $active to $CRILET_RUNTIME (tearing $active down)"
-    CRILET_RUNTIME="$active" bash "$HACK_DIR/teardown.sh" >&2
+    CRILET_RUNTIME="$active" bash "$HACK_DIR/teardown.sh" --keep-registry >&2
 }
 
 install_packages

@@ -1,24 +1,27 @@
 #!/usr/bin/env bash
 # hack/teardown.sh — stop crilet's test environment and remove every pod it left behind.
 #
-# Usage: hack/teardown.sh [--all]
+# Usage: hack/teardown.sh [--all | --keep-registry]
 #   (default) stop the crilet started by demo.sh, kill and delete every container and pod
 #             sandbox in our containerd's k8s.io namespace (with the CNI teardown the CRI
 #             plugin would do: portmap/bridge DEL, netns removal), delete bridge crilet0 and
 #             the egress guard, stop our containerd and the registry. Images, the registry's
 #             data and the containerd root stay, so the next setup.sh is fast.
 #   --all     also delete /var/lib/crilet-dev and /run/crilet-dev entirely.
+#   --keep-registry  leave the registry running (setup.sh switching runtimes; critest uses it).
 # Only processes recorded in /run/crilet-dev/*.pid (or running with our private config
 # paths) are signalled; the system containerd and foreign network namespaces are left alone.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
 ALL=0
+KEEP_REGISTRY=0
 for arg in "$@"; do
     case "$arg" in
         --all) ALL=1 ;;
-        -h | --help) sed -n '2,12p' "$0"; exit 0 ;;
-        *) die "unknown argument: $arg (usage: $0 [--all])" ;;
+        --keep-registry) KEEP_REGISTRY=1 ;;
+        -h | --help) sed -n '2,13p' "$0"; exit 0 ;;
+        *) die "unknown argument: $arg (usage: $0 [--all | --keep-registry])" ;;
     esac
 done
 require_root
@@ -196,8 +199,12 @@ if [ -z "$remaining" ] && [ -d "$CNI_IPAM_DIR" ]; then
 fi
 remove_network
 bash "$HACK_DIR/containerd.sh" stop
+# containerd hard-codes its shims' socket directory (/run/containerd/s); once our shims are
+# gone it is empty, and an empty directory is ours to remove (rmdir never removes anything of
+# a system containerd's).
+rmdir /run/containerd/s /run/containerd 2>/dev/null || true
 [ -d "$CONTAINERD_STATE" ] && unmount_orphan_sandbox_shm "$remaining"
-stop_registry
+[ "$KEEP_REGISTRY" = 1 ] || stop_registry
 rm -f "$ENV_FILE" "$RUNTIME_FILE"
 
 if [ "$ALL" = 1 ]; then
