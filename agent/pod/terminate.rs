@@ -146,18 +146,76 @@ pub async fn kill_one(
     .await;
 }
 
-/// Kills every running container of the pod in order within `grace` counted from now, then
-/// stops every sandbox that is still ready. Reports an overrun of the budget as an event.
+/// A pod kill's deadline as saved under the pod's dir while the kill runs: an agent killed
+/// halfway finishes inside the budget that began before it died, instead of starting a fresh
+/// one (DESIGN: one absolute deadline per termination).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SavedKill {
+    pub started_ns: i64,
+    pub deadline_ns: i64,
+}
+
+/// How old a saved kill may be and still be the one being resumed: an agent restart takes
+/// seconds; a record this much older than its deadline was left behind by a kill that ended.
+const SAVED_KILL_STALE_NS: i64 = 600_000_000_000;
+
+/// The kill to carry out now: the saved one when it is being resumed, else a fresh budget.
+pub fn resume_kill(saved: Option<SavedKill>, now_ns: i64, grace: Duration) -> SavedKill {
+    let grace_ns = i64::try_from(grace.as_nanos()).unwrap_or(i64::MAX);
+    let fresh = SavedKill { started_ns: now_ns, deadline_ns: now_ns.saturating_add(grace_ns) };
+    saved
+        .filter(|s| s.started_ns <= now_ns && s.deadline_ns <= fresh.deadline_ns)
+        .filter(|s| now_ns.saturating_sub(s.deadline_ns) < SAVED_KILL_STALE_NS)
+        .unwrap_or(fresh)
+}
+
+/// Where a pod's kill in progress is saved.
+pub fn saved_kill_path(pod_dir: &std::path::Path) -> std::path::PathBuf {
+    pod_dir.join("termination.json")
+}
+
+/// Loads the saved kill (if any), decides with `resume_kill`, saves the result; the deadline as
+/// an `Instant`.
+pub fn begin_kill(pod_dir: &std::path::Path, grace: Duration, now_ns: i64) -> Instant {
+    let path = saved_kill_path(pod_dir);
+    let saved = std::fs::read(&path).ok().and_then(|b| serde_json::from_slice::<SavedKill>(&b).ok());
+    let kill = resume_kill(saved, now_ns, grace);
+    if Some(kill) != saved {
+        let written = serde_json::to_vec(&kill).map_err(std::io::Error::other).and_then(|json| {
+            let tmp = path.with_extension("tmp");
+            std::fs::write(&tmp, json).and_then(|_| std::fs::rename(&tmp, &path))
+        });
+        if let Err(e) = written {
+            tracing::debug!(error = %e, path = %path.display(), "saving the kill deadline failed");
+        }
+    } else {
+        tracing::info!(
+            left_ms = (kill.deadline_ns - now_ns) / 1_000_000,
+            "resuming a pod kill within its earlier deadline"
+        );
+    }
+    let left = u64::try_from(kill.deadline_ns.saturating_sub(now_ns)).unwrap_or(0);
+    Instant::now() + Duration::from_nanos(left)
+}
+
+/// The kill is over (or none is under way): forget its deadline.
+pub fn end_kill(pod_dir: &std::path::Path) {
+    let _ = std::fs::remove_file(saved_kill_path(pod_dir));
+}
+
+/// Kills every running container of the pod in order by `deadline` (the pod's grace budget,
+/// `grace` long), then stops every sandbox that is still ready. Reports an overrun of the
+/// budget as an event.
+#[allow(clippy::too_many_arguments)]
 pub async fn kill_pod(
     ctx: &Shared,
     key: &PodKey,
     pod: &Arc<Pod>,
     observed: &ObservedPod,
     grace: Duration,
+    deadline: Instant,
     reason: &str,
 ) {
-    let started = Instant::now();
-    let deadline = started + grace;
     let running: Vec<&ObservedContainer> = observed
         .containers
         .iter()
@@ -202,16 +260,16 @@ pub async fn kill_pod(
             }
         }
     }
-    let took = started.elapsed();
     // The runtime's own SIGKILL takes a moment; anything beyond that is an overrun worth telling.
-    if took > grace + Duration::from_secs(1) {
+    let over = Instant::now().saturating_duration_since(deadline);
+    if over > Duration::from_secs(1) {
         ctx.warning(
             key,
             None,
             "GracePeriodOverrun",
             format!(
-                "Stopping the pod ({reason}) took {:.1}s, past its grace period of {}s",
-                took.as_secs_f64(),
+                "Stopping the pod ({reason}) ended {:.1}s past the deadline of its {}s grace period",
+                over.as_secs_f64(),
                 grace.as_secs()
             ),
         );
@@ -294,5 +352,51 @@ mod tests {
         let p = pod(vec![c("i", false)], vec![c("m1", false), c("m2", false)]);
         let got = stop_prerequisites(&p, &names(&["m1", "m2"]));
         assert!(got.values().all(Vec::is_empty));
+    }
+
+    #[test]
+    fn a_kill_resumed_after_an_agent_restart_keeps_its_deadline() {
+        let s = 1_000_000_000_i64;
+        let grace = Duration::from_secs(8);
+        let fresh = |now: i64| SavedKill { started_ns: now, deadline_ns: now + 8 * s };
+        let saved =
+            |started: i64, deadline: i64| Some(SavedKill { started_ns: started, deadline_ns: deadline });
+        // (name, saved record, now, want)
+        let cases = [
+            ("nothing saved: a fresh budget", None, 100 * s, fresh(100 * s)),
+            (
+                "killed 1.5 s in, back 1 s later: the old deadline",
+                saved(100 * s, 108 * s),
+                102 * s,
+                saved(100 * s, 108 * s).unwrap(),
+            ),
+            (
+                "back after the deadline: nothing left (kill now)",
+                saved(100 * s, 108 * s),
+                110 * s,
+                saved(100 * s, 108 * s).unwrap(),
+            ),
+            (
+                "a record from long ago is stale: a fresh budget",
+                saved(100 * s, 108 * s),
+                100_000 * s,
+                fresh(100_000 * s),
+            ),
+            (
+                "a deadline later than a fresh one is not believed",
+                saved(100 * s, 500 * s),
+                101 * s,
+                fresh(101 * s),
+            ),
+            (
+                "a record from the future (clock moved back) is not believed",
+                saved(200 * s, 208 * s),
+                101 * s,
+                fresh(101 * s),
+            ),
+        ];
+        for (name, saved, now, want) in cases {
+            assert_eq!(resume_kill(saved, now, grace), want, "{name}");
+        }
     }
 }

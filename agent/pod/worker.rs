@@ -296,6 +296,15 @@ impl Worker {
         }
     }
 
+    /// The deadline of a pod kill starting (or, after an agent restart, resuming) now.
+    fn begin_kill(&self, grace: Duration) -> tokio::time::Instant {
+        super::terminate::begin_kill(&pod_dir(&self.ctx.node, &self.desired.uid), grace, now_ns())
+    }
+
+    fn end_kill(&self) {
+        super::terminate::end_kill(&pod_dir(&self.ctx.node, &self.desired.uid));
+    }
+
     /// Publishes the sync's live snapshot with the instance just started spliced in.
     async fn publish_started(&mut self, id: &str, sandbox_id: &str) {
         if self.live.is_none() {
@@ -365,19 +374,27 @@ impl Worker {
                 || observed.sandboxes.iter().any(|s| s.state == SandboxState::Ready);
             if running {
                 self.acted = true;
+                let grace = termination_grace(&pod);
+                let deadline = self.begin_kill(grace);
                 kill_pod(
                     &ctx,
                     &self.desired.key,
                     &pod,
                     &observed,
-                    termination_grace(&pod),
+                    grace,
+                    deadline,
                     "active deadline exceeded",
                 )
                 .await;
+                self.end_kill();
             }
             return Ok(None);
         }
         let mut the_plan = plan_held(&pod, &observed, &probe_results, &held);
+        if the_plan.kill_pod.is_none() {
+            // No pod kill is under way: a deadline saved by one that ended with the agent is void.
+            self.end_kill();
+        }
         let mut update_requeue = match (update_requeue, deadline) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -416,7 +433,9 @@ impl Worker {
                     PodKillReason::InitContainerFailed => "init container failed",
                 };
                 info!(reason = why, "killing pod");
-                kill_pod(&ctx, &key, &pod, &observed, grace, why).await;
+                let deadline = self.begin_kill(grace);
+                kill_pod(&ctx, &key, &pod, &observed, grace, deadline, why).await;
+                self.end_kill();
             }
             if the_plan.create_sandbox.is_none() {
                 return Ok(None);
@@ -774,7 +793,9 @@ impl Worker {
         let (_, probe_states) = self.probes.view();
         self.publish(&observed, true, &probe_states);
         let grace = termination_grace(&self.desired.pod);
-        kill_pod(&ctx, &key, &self.desired.pod, &observed, grace, "pod deleted").await;
+        let deadline = self.begin_kill(grace);
+        kill_pod(&ctx, &key, &self.desired.pod, &observed, grace, deadline, "pod deleted").await;
+        self.end_kill();
         if !remove {
             self.observe_and_publish(true).await;
         }
