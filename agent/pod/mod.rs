@@ -1,5 +1,6 @@
 //! Pods: the per-pod worker, its pure planner, and the executor that applies plans through CRI.
 pub mod backoff;
+pub mod cgroups;
 pub mod context;
 pub mod expand;
 pub mod hash;

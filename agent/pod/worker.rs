@@ -823,7 +823,7 @@ impl Worker {
             }
             let _ = std::fs::remove_dir_all(pod_dir(&ctx.node, &self.desired.uid));
             let _ = std::fs::remove_dir_all(pod_log_dir(&ctx.node, &self.desired));
-            remove_pod_cgroups(&self.desired.uid);
+            super::cgroups::remove_pod_cgroups(&self.desired.uid);
             self.probes.stop();
             ctx.registry.remove_pod(&key);
             ctx.normal(&key, None, "Removed", format!("Pod {} removed", key));
@@ -860,21 +860,6 @@ fn log_tail(b: &[u8], lines: usize, max: usize) -> String {
         .collect();
     let joined: String = content[content.len().saturating_sub(lines)..].concat();
     tail_bytes(joined.as_bytes(), max)
-}
-
-/// Best-effort removal of the pod's cgroups (cgroupfs layout, v1 and v2).
-fn remove_pod_cgroups(uid: &str) {
-    let Ok(controllers) = std::fs::read_dir("/sys/fs/cgroup") else { return };
-    let mut roots: Vec<std::path::PathBuf> = controllers.filter_map(|e| e.ok()).map(|e| e.path()).collect();
-    roots.push("/sys/fs/cgroup".into());
-    for root in roots {
-        for qos in ["kubepods/besteffort", "kubepods/burstable", "kubepods"] {
-            let dir = root.join(qos).join(format!("pod{uid}"));
-            if dir.is_dir() {
-                let _ = std::fs::remove_dir(&dir);
-            }
-        }
-    }
 }
 
 #[cfg(test)]
