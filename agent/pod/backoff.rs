@@ -12,7 +12,7 @@ pub const CRASH_LOOP_MAX: Duration = Duration::from_secs(300);
 pub const IMAGE_PULL_INITIAL: Duration = Duration::from_secs(10);
 pub const IMAGE_PULL_MAX: Duration = Duration::from_secs(300);
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 struct Entry {
     delay: Duration,
     last_update_ns: i64,
@@ -33,6 +33,20 @@ fn ns(d: Duration) -> i64 {
 impl Backoff {
     pub fn new(initial: Duration, max: Duration) -> Self {
         Self { initial, max, entries: HashMap::new() }
+    }
+
+    /// The table's entries as JSON (kept under the pod's dir so a restarted agent keeps a
+    /// crash loop's back-off instead of restarting the container at once).
+    pub fn to_json(&self) -> Option<Vec<u8>> {
+        serde_json::to_vec(&self.entries).ok()
+    }
+
+    /// A table with `initial`/`max` and the entries saved by `to_json` (none if unreadable).
+    pub fn with_json(mut self, json: &[u8]) -> Self {
+        if let Ok(entries) = serde_json::from_slice(json) {
+            self.entries = entries;
+        }
+        self
     }
 
     pub fn crash_loop() -> Self {
@@ -151,5 +165,22 @@ mod tests {
         assert_eq!(b.backoff_until("a", 0, S), Some(10 * S));
         b.gc(601 * S);
         assert_eq!(b.delay("a"), None);
+    }
+
+    #[test]
+    fn a_saved_table_resumes_where_it_was() {
+        let mut b = Backoff::crash_loop();
+        b.next("c", 100 * S, 100 * S);
+        b.next("c", 101 * S, 101 * S);
+        let restored = Backoff::crash_loop().with_json(&b.to_json().expect("json"));
+        for now in [101 * S, 105 * S, 130 * S] {
+            assert_eq!(
+                restored.backoff_until("c", 101 * S, now),
+                b.backoff_until("c", 101 * S, now),
+                "at {now}"
+            );
+        }
+        assert_eq!(restored.delay("c"), Some(Duration::from_secs(20)));
+        assert_eq!(Backoff::crash_loop().with_json(b"not json").delay("c"), None);
     }
 }

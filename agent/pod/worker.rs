@@ -86,6 +86,12 @@ fn status_path(ctx: &Shared, uid: &str) -> std::path::PathBuf {
     pod_dir(&ctx.node, uid).join("status.json")
 }
 
+/// Where a pod's crash-loop back-off is saved: restarting the agent must not restart a
+/// crash-looping container early.
+fn backoff_path(ctx: &Shared, uid: &str) -> std::path::PathBuf {
+    pod_dir(&ctx.node, uid).join("crash-backoff.json")
+}
+
 /// Runs a pod worker until its pod has terminated (or the agent stops). `synced` fires after the
 /// first sync (for systemd readiness).
 pub async fn run_worker(
@@ -108,12 +114,16 @@ pub async fn run_worker(
             ctx.registry.set_external_condition(&initial.key, c.clone(), false);
         }
     }
+    let crash_backoff = match std::fs::read(backoff_path(&ctx, &initial.uid)) {
+        Ok(json) => Backoff::crash_loop().with_json(&json),
+        Err(_) => Backoff::crash_loop(),
+    };
     let saved_status = std::fs::read(status_path(&ctx, &initial.uid)).ok();
     let status: Option<PodStatus> = saved_status.as_deref().and_then(|b| serde_json::from_slice(b).ok());
     let mut w = Worker {
         ctx: ctx.clone(),
         desired: initial,
-        crash_backoff: Backoff::crash_loop(),
+        crash_backoff,
         start_errors: BTreeMap::new(),
         status,
         termination_messages: BTreeMap::new(),
@@ -253,6 +263,15 @@ impl Worker {
         );
         self.save_status(&status);
         self.status = Some(status);
+    }
+
+    fn save_backoff(&self) {
+        let Some(json) = self.crash_backoff.to_json() else { return };
+        let path = backoff_path(&self.ctx, &self.desired.uid);
+        let tmp = path.with_extension("tmp");
+        if let Err(e) = std::fs::write(&tmp, json).and_then(|_| std::fs::rename(&tmp, &path)) {
+            debug!(error = %e, path = %path.display(), "saving the crash-loop back-off failed");
+        }
     }
 
     /// Saves the published status under the pod's dir when it changed (atomically).
@@ -536,6 +555,7 @@ impl Worker {
             observed.containers.iter().find(|o| o.name == spec.name && o.state == ContainerState::Exited)
         {
             self.crash_backoff.next(&backoff_key(spec), exited.finished_at, now);
+            self.save_backoff();
         }
         // An in-place update pulled this image before stopping the old instance (DESIGN
         // difference 4): start from that image, not from a second pull after the stop, which
