@@ -84,7 +84,7 @@ async fn kill_with_deadline(
     message: String,
     pod_ip: Option<String>,
     mut wait_for: Vec<watch::Receiver<bool>>,
-) {
+) -> bool {
     let name = observed.name.clone();
     ctx.normal(&key, Some(&name), "Killing", message);
     if let Some(hook) = pre_stop(spec.as_ref(), &observed) {
@@ -107,13 +107,18 @@ async fn kill_with_deadline(
     }
     let grace = secs_left(deadline);
     tracing::info!(pod = %key, container = %name, grace_s = grace.as_secs(), "stopping container");
-    if let Err(e) = ctx.cri.stop_container(&observed.id, grace).await {
-        ctx.warning(
-            &key,
-            Some(&name),
-            "FailedKillContainer",
-            format!("Failed to stop container {name}: {e}"),
-        );
+    match ctx.cri.stop_container(&observed.id, grace).await {
+        Ok(()) => true,
+        Err(e) if e.is_not_found() => true,
+        Err(e) => {
+            ctx.warning(
+                &key,
+                Some(&name),
+                "FailedKillContainer",
+                format!("Failed to stop container {name}: {e}"),
+            );
+            false
+        }
     }
 }
 
@@ -205,7 +210,8 @@ pub fn end_kill(pod_dir: &std::path::Path) {
 
 /// Kills every running container of the pod in order by `deadline` (the pod's grace budget,
 /// `grace` long), then stops every sandbox that is still ready. Reports an overrun of the
-/// budget as an event.
+/// budget as an event. Returns whether every stop succeeded (a failed one is retried by the
+/// caller within the same deadline).
 #[allow(clippy::too_many_arguments)]
 pub async fn kill_pod(
     ctx: &Shared,
@@ -215,7 +221,7 @@ pub async fn kill_pod(
     grace: Duration,
     deadline: Instant,
     reason: &str,
-) {
+) -> bool {
     let running: Vec<&ObservedContainer> = observed
         .containers
         .iter()
@@ -248,15 +254,24 @@ pub async fn kill_pod(
             waits,
         );
         tasks.spawn(async move {
-            fut.await;
+            let stopped = fut.await;
             let _ = tx.send(true);
+            stopped
         });
     }
-    while tasks.join_next().await.is_some() {}
+    let mut all_stopped = true;
+    while let Some(done) = tasks.join_next().await {
+        all_stopped &= done.unwrap_or(false);
+    }
     for sb in &observed.sandboxes {
         if sb.state == crate::model::SandboxState::Ready {
-            if let Err(e) = ctx.cri.stop_sandbox(&sb.id).await {
-                ctx.warning(key, None, "FailedKillPod", format!("Failed to stop sandbox {}: {e}", sb.id));
+            match ctx.cri.stop_sandbox(&sb.id).await {
+                Ok(()) => {}
+                Err(e) if e.is_not_found() => {}
+                Err(e) => {
+                    all_stopped = false;
+                    ctx.warning(key, None, "FailedKillPod", format!("Failed to stop sandbox {}: {e}", sb.id));
+                }
             }
         }
     }
@@ -274,6 +289,7 @@ pub async fn kill_pod(
             ),
         );
     }
+    all_stopped
 }
 
 #[cfg(test)]

@@ -395,17 +395,10 @@ impl Worker {
                 self.acted = true;
                 let grace = termination_grace(&pod);
                 let deadline = self.begin_kill(grace);
-                kill_pod(
-                    &ctx,
-                    &self.desired.key,
-                    &pod,
-                    &observed,
-                    grace,
-                    deadline,
-                    "active deadline exceeded",
-                )
-                .await;
-                self.end_kill();
+                let key = &self.desired.key;
+                if kill_pod(&ctx, key, &pod, &observed, grace, deadline, "active deadline exceeded").await {
+                    self.end_kill();
+                }
             }
             return Ok(None);
         }
@@ -453,8 +446,9 @@ impl Worker {
                 };
                 info!(reason = why, "killing pod");
                 let deadline = self.begin_kill(grace);
-                kill_pod(&ctx, &key, &pod, &observed, grace, deadline, why).await;
-                self.end_kill();
+                if kill_pod(&ctx, &key, &pod, &observed, grace, deadline, why).await {
+                    self.end_kill();
+                }
             }
             if the_plan.create_sandbox.is_none() {
                 return Ok(None);
@@ -814,7 +808,10 @@ impl Worker {
         self.publish(&observed, true, &probe_states);
         let grace = termination_grace(&self.desired.pod);
         let deadline = self.begin_kill(grace);
-        kill_pod(&ctx, &key, &self.desired.pod, &observed, grace, deadline, "pod deleted").await;
+        // A stop that failed (the runtime is down) is retried within the same deadline.
+        if !kill_pod(&ctx, &key, &self.desired.pod, &observed, grace, deadline, "pod deleted").await {
+            return false;
+        }
         self.end_kill();
         if !remove {
             self.observe_and_publish(true).await;
