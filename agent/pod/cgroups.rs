@@ -38,7 +38,8 @@ fn hierarchies(root: &Path) -> Vec<PathBuf> {
 /// The pod UID of a pod cgroup's directory name (`pod<uid>`), if it is one.
 pub fn pod_uid_of(name: &str) -> Option<&str> {
     let uid = name.strip_prefix("pod")?;
-    let plausible = !uid.is_empty() && uid.len() <= 64 && uid.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+    let plausible =
+        !uid.is_empty() && uid.len() <= 64 && uid.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
     plausible.then_some(uid)
 }
 
@@ -52,6 +53,25 @@ pub fn remove_pod_cgroups(uid: &str) {
             }
         }
     }
+}
+
+/// Removes the pod's cgroups, trying again for a moment while the runtime's last container
+/// cgroups inside them are still going away.
+pub async fn remove_pod_cgroups_settled(uid: &str) {
+    for _ in 0..10 {
+        remove_pod_cgroups(uid);
+        if !pod_cgroups_exist(uid) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    debug!(uid, "pod cgroups still busy; the orphan sweep removes them later");
+}
+
+fn pod_cgroups_exist(uid: &str) -> bool {
+    hierarchies(Path::new(CGROUP_ROOT))
+        .iter()
+        .any(|h| QOS_PARENTS.iter().any(|p| h.join(p).join(format!("pod{uid}")).is_dir()))
 }
 
 /// A pod cgroup directory found on the machine.
@@ -101,10 +121,14 @@ pub async fn sweep(cri: &CriClient) -> usize {
     };
     let live: HashSet<String> = sandboxes
         .iter()
-        .filter_map(|s| s.metadata.as_ref().map(|m| m.uid.clone()).or_else(|| s.labels.get(keys::POD_UID).cloned()))
+        .filter_map(|s| {
+            s.metadata.as_ref().map(|m| m.uid.clone()).or_else(|| s.labels.get(keys::POD_UID).cloned())
+        })
         .chain(containers.iter().filter_map(|c| c.labels.get(keys::POD_UID).cloned()))
         .collect();
-    let found = tokio::task::spawn_blocking(|| scan(Path::new(CGROUP_ROOT), SystemTime::now())).await.unwrap_or_default();
+    let found = tokio::task::spawn_blocking(|| scan(Path::new(CGROUP_ROOT), SystemTime::now()))
+        .await
+        .unwrap_or_default();
     let mut removed = 0;
     for path in orphans(&found, &live) {
         match std::fs::remove_dir(&path) {

@@ -20,6 +20,16 @@ use crate::model::{DesiredPod, PodKey, keys};
 use crate::pleg::Wakers;
 use crate::source::{ManifestSet, ProblemKind};
 
+/// Removes the legacy `/var/log/containers` links that point into `log_dir`.
+fn remove_legacy_links_into(links_dir: Option<&std::path::Path>, log_dir: &std::path::Path) {
+    let Some(entries) = links_dir.and_then(|d| std::fs::read_dir(d).ok()) else { return };
+    for e in entries.filter_map(Result::ok) {
+        if std::fs::read_link(e.path()).is_ok_and(|t| t.starts_with(log_dir)) {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
 struct Running {
     uid: String,
     tx: watch::Sender<Desire>,
@@ -137,8 +147,8 @@ impl Supervisor {
     /// Only pods whose manifest lived in `manifest_dir` are this agent's to reap, so agents with
     /// different manifest directories can share one runtime.
     pub async fn reap_orphans(&mut self, set: &ManifestSet, manifest_dir: &std::path::Path) {
-        let sandboxes = match self.ctx.cri.list_all(Some((keys::MANAGED_BY, "crilet"))).await {
-            Ok((s, _)) => s,
+        let (sandboxes, containers) = match self.ctx.cri.list_all(Some((keys::MANAGED_BY, "crilet"))).await {
+            Ok(v) => v,
             Err(e) => {
                 warn!(error = %e, "cannot list sandboxes to find orphaned pods");
                 return;
@@ -179,11 +189,70 @@ impl Supervisor {
             }
             orphans.insert(uid.clone(), d);
         }
+        // Containers whose sandbox is gone already (an agent killed while removing their pod).
+        for c in containers {
+            let Some(uid) = c.labels.get(keys::POD_UID) else { continue };
+            let file = c.annotations.get(keys::MANIFEST_FILE).map(PathBuf::from);
+            let ours = file.as_ref().is_none_or(|f| f.starts_with(manifest_dir));
+            if !ours
+                || wanted.contains(&uid.as_str())
+                || orphans.contains_key(uid)
+                || self.terminating.contains_key(uid)
+                || self.running.values().any(|r| &r.uid == uid)
+            {
+                continue;
+            }
+            let key = PodKey::new(
+                c.labels.get(keys::POD_NAMESPACE).cloned().unwrap_or_else(|| "default".into()),
+                c.labels.get(keys::POD_NAME).cloned().unwrap_or_default(),
+            );
+            let d = DesiredPod {
+                key,
+                uid: uid.clone(),
+                pod: Arc::new(Pod::default()),
+                file: file.unwrap_or_default(),
+                doc: 0,
+                warnings: Vec::new(),
+            };
+            orphans.insert(uid.clone(), d);
+        }
         for (uid, d) in orphans {
             info!(pod = %d.key, uid = %uid, "terminating pod whose manifest is gone");
             let key = d.key.clone();
             let tx = self.spawn(d, Desire::Terminate { remove: true });
             self.terminating.insert(uid, (key, tx));
+        }
+        self.reap_leftover_dirs(set);
+    }
+
+    /// What a pod removal leaves if the agent dies halfway (after the sandbox went, before the
+    /// directories did): the pod dir (volumes), its log dir, its legacy log links and cgroups of
+    /// a UID that no manifest wants and no worker handles. The sandbox and containers are gone by
+    /// then (a pod that still has them is an orphan that a worker terminates first).
+    pub fn reap_leftover_dirs(&self, set: &ManifestSet) {
+        let node = &self.ctx.node;
+        let busy = |uid: &str| {
+            set.pods.values().any(|d| d.uid == uid)
+                || self.running.values().any(|r| r.uid == uid)
+                || self.terminating.contains_key(uid)
+        };
+        let Ok(dirs) = std::fs::read_dir(node.root_dir.join("pods")) else { return };
+        for e in dirs.filter_map(Result::ok) {
+            let uid = e.file_name().to_string_lossy().to_string();
+            if busy(&uid) {
+                continue;
+            }
+            info!(uid = %uid, "removing what is left of a pod removed earlier");
+            let _ = std::fs::remove_dir_all(e.path());
+            super::cgroups::remove_pod_cgroups(&uid);
+            let suffix = format!("_{uid}");
+            let Ok(logs) = std::fs::read_dir(&node.pod_logs_dir) else { continue };
+            for l in logs.filter_map(Result::ok) {
+                if l.file_name().to_string_lossy().ends_with(&suffix) {
+                    remove_legacy_links_into(node.container_logs_dir.as_deref(), &l.path());
+                    let _ = std::fs::remove_dir_all(l.path());
+                }
+            }
         }
     }
 
@@ -201,16 +270,20 @@ impl Supervisor {
     /// Runs until cancelled: applies manifest changes and starts pods that waited for an old UID.
     pub async fn run(mut self, mut manifests: watch::Receiver<ManifestSet>) {
         // Whatever changed since the caller's first look.
-        let current = manifests.borrow_and_update().clone();
+        let mut current = manifests.borrow_and_update().clone();
         self.apply(&current);
+        // Housekeeping: leftovers of pods removed by an agent that died halfway.
+        let mut housekeeping = tokio::time::interval(Duration::from_secs(60));
+        housekeeping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 _ = self.cancel.cancelled() => break,
                 r = manifests.changed() => {
                     if r.is_err() { break }
-                    let set = manifests.borrow_and_update().clone();
-                    self.apply(&set);
+                    current = manifests.borrow_and_update().clone();
+                    self.apply(&current);
                 }
+                _ = housekeeping.tick() => self.reap_leftover_dirs(&current),
                 Some(done) = self.tasks.join_next(), if !self.tasks.is_empty() => {
                     let Ok((key, uid)) = done else { continue };
                     if self.terminating.remove(&uid).is_some() {

@@ -838,9 +838,11 @@ impl Worker {
             for c in &observed.containers {
                 self.remove_legacy_link(&c.name, &c.id);
             }
-            let _ = std::fs::remove_dir_all(pod_dir(&ctx.node, &self.desired.uid));
             let _ = std::fs::remove_dir_all(pod_log_dir(&ctx.node, &self.desired));
-            super::cgroups::remove_pod_cgroups(&self.desired.uid);
+            super::cgroups::remove_pod_cgroups_settled(&self.desired.uid).await;
+            // The pod dir goes last: an agent killed before this point finds it at its next
+            // start and finishes the removal (Supervisor::reap_leftover_dirs).
+            let _ = std::fs::remove_dir_all(pod_dir(&ctx.node, &self.desired.uid));
             self.probes.stop();
             ctx.registry.remove_pod(&key);
             ctx.normal(&key, None, "Removed", format!("Pod {} removed", key));
