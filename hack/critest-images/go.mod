@@ -1,0 +1,3 @@
+module crilet.invalid/hack/critest-images
+
+go 1.22
