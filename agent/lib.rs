@@ -1,10 +1,15 @@
 //! crilet: a kubelet-faithful node agent that runs static Pod manifests on containerd over CRI.
 pub mod api;
+pub mod backoff;
 pub mod cli;
+pub mod context;
 pub mod cri;
+pub mod expand;
 pub mod model;
+pub mod node;
 pub mod pleg;
 pub mod pod;
+pub mod ports;
 pub mod probe;
 pub mod registry;
 pub mod source;

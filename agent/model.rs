@@ -151,6 +151,9 @@ pub mod keys {
     pub const POD_NAME: &str = "io.kubernetes.pod.name";
     pub const POD_NAMESPACE: &str = "io.kubernetes.pod.namespace";
     pub const POD_UID: &str = "io.kubernetes.pod.uid";
+    /// Annotation on the pods the agent publishes: the absolute path of the pod's log directory
+    /// (for `crilet logs`).
+    pub const LOG_DIRECTORY: &str = "crilet.io/log-directory";
     pub const CONTAINER_NAME: &str = "io.kubernetes.container.name";
     pub const CONTAINER_HASH: &str = "io.kubernetes.container.hash";
     pub const CONTAINER_RESTART_COUNT: &str = "io.kubernetes.container.restartCount";

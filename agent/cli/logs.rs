@@ -15,8 +15,7 @@ use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use super::format::s;
 use super::{LogsArgs, ServerError, get_pod};
 
-/// Pod annotation (set by the agent) holding the absolute path of the pod's log directory.
-pub const LOG_DIRECTORY_ANNOTATION: &str = "crilet.io/log-directory";
+pub use crate::model::keys::LOG_DIRECTORY as LOG_DIRECTORY_ANNOTATION;
 /// `--pod-logs-dir`'s default, used when a pod lacks the annotation.
 const DEFAULT_POD_LOGS_DIR: &str = "/var/log/pods";
 /// kubectl's annotation naming the container `logs` picks by default.

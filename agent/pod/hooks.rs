@@ -5,10 +5,10 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, LifecycleHandler};
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::cri::CriClient;
 use crate::http_get::{HttpRequest, http_get};
+use crate::ports::resolve_port;
 
 /// Runs one hook handler against a running container; Err carries the failure text.
 pub async fn run_handler(
@@ -48,18 +48,4 @@ pub async fn run_handler(
         return Err("tcpSocket lifecycle handlers are not supported".into());
     }
     Err("hook has no handler".into())
-}
-
-/// A named or numbered port of the container (a numeric string is accepted last, R6.9).
-pub fn resolve_port(port: &IntOrString, spec: &Container) -> Option<u16> {
-    match port {
-        IntOrString::Int(n) => u16::try_from(*n).ok().filter(|p| *p > 0),
-        IntOrString::String(name) => spec
-            .ports
-            .iter()
-            .flatten()
-            .find(|p| p.name.as_deref() == Some(name.as_str()))
-            .and_then(|p| u16::try_from(p.container_port).ok())
-            .or_else(|| name.parse().ok()),
-    }
 }

@@ -1,8 +1,7 @@
 //! Pods: the per-pod worker, its pure planner, and the executor that applies plans through CRI.
-pub mod backoff;
 pub mod cgroups;
-pub mod context;
-pub mod expand;
+// Shared with the probes, so they live below both; re-exported for the pod modules.
+pub use crate::{backoff, context, expand};
 pub mod hash;
 pub mod hooks;
 pub mod plan;

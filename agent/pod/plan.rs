@@ -3,7 +3,7 @@
 //!
 //! Each kubelet rule is written once here, with its spec rule number.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 
@@ -11,20 +11,8 @@ use super::hash::{HASH_SCHEME_ANNOTATION, container_hash_with};
 use crate::model::{ContainerState, ObservedContainer, ObservedPod, SandboxState};
 use crate::status::{ContainerKind, should_restart};
 
-/// A cached probe outcome for one container instance.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ProbeResult {
-    Success,
-    Failure,
-    Unknown,
-}
-
-/// Startup and liveness results by container ID (the planner's view of the probe workers).
-#[derive(Debug, Clone, Default)]
-pub struct ProbeResults {
-    pub startup: HashMap<String, ProbeResult>,
-    pub liveness: HashMap<String, ProbeResult>,
-}
+pub use crate::probe::{ProbeResult, ProbeResults};
+pub use crate::status::is_sidecar;
 
 /// Why a whole pod is killed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,11 +97,6 @@ pub fn settle_until(
         .map(|c| c.finished_at.saturating_add(KILLED_SETTLE_NS))
         .filter(|until| *until > now)
         .max()
-}
-
-/// Is this init container a native sidecar (`restartPolicy: Always`)?
-pub fn is_sidecar(c: &Container) -> bool {
-    c.restart_policy.as_deref() == Some("Always")
 }
 
 fn restart_policy(pod: &Pod) -> &str {

@@ -7,51 +7,13 @@ use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 
-use super::expand::expand;
 use super::hash::{CURRENT_SCHEME, HASH_SCHEME_ANNOTATION, container_hash};
 use crate::cri::api;
+use crate::expand::expand;
 use crate::model::{DesiredPod, keys};
+pub use crate::node::{HostDns, NodeConfig, pod_dir, pod_log_dir};
 use crate::source::quantity::Quantity;
 use crate::status::qos_class;
-
-/// Node-level settings the configs depend on.
-#[derive(Debug, Clone)]
-pub struct NodeConfig {
-    pub root_dir: PathBuf,
-    pub pod_logs_dir: PathBuf,
-    /// Where the legacy `<pod>_<ns>_<container>-<id>.log` symlinks go (R1.13), for log shippers
-    /// that read `/var/log/containers`; `None` makes none.
-    pub container_logs_dir: Option<PathBuf>,
-    pub node_name: String,
-    pub host_ip: Option<String>,
-    /// The host's resolver configuration, parsed once (used for dnsPolicy Default and as the
-    /// fallback of ClusterFirst, since a static-pod node has no cluster DNS).
-    pub host_dns: HostDns,
-}
-
-/// Name servers, search domains and options of the host's resolv.conf.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct HostDns {
-    pub servers: Vec<String>,
-    pub searches: Vec<String>,
-    pub options: Vec<String>,
-}
-
-impl HostDns {
-    pub fn parse(text: &str) -> Self {
-        let mut dns = HostDns::default();
-        for line in text.lines() {
-            let mut words = line.split_whitespace();
-            match words.next() {
-                Some("nameserver") => dns.servers.extend(words.next().map(str::to_string)),
-                Some("search" | "domain") => dns.searches = words.map(str::to_string).collect(),
-                Some("options") => dns.options.extend(words.map(str::to_string)),
-                _ => {}
-            }
-        }
-        dns
-    }
-}
 
 /// The container's role in the pod.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,16 +36,6 @@ impl Kind {
 fn spec(pod: &Pod) -> &PodSpec {
     static EMPTY: std::sync::OnceLock<PodSpec> = std::sync::OnceLock::new();
     pod.spec.as_ref().unwrap_or_else(|| EMPTY.get_or_init(PodSpec::default))
-}
-
-/// `<pod-logs-dir>/<namespace>_<name>_<uid>` (R1.5).
-pub fn pod_log_dir(node: &NodeConfig, d: &DesiredPod) -> PathBuf {
-    node.pod_logs_dir.join(format!("{}_{}_{}", d.key.namespace, d.key.name, d.uid))
-}
-
-/// `<root-dir>/pods/<uid>`: the pod's own state (volumes, termination-message files).
-pub fn pod_dir(node: &NodeConfig, uid: &str) -> PathBuf {
-    node.root_dir.join("pods").join(uid)
 }
 
 /// Where an emptyDir volume lives (R12.3): survives container restarts and sandbox re-creation.

@@ -8,9 +8,9 @@ use tokio::net::TcpStream;
 
 use super::tracker::Outcome;
 use crate::cri::{CriClient, CriError};
+use crate::expand::expand;
 use crate::http_get::{HttpRequest, http_get};
-use crate::pod::expand::expand;
-use crate::pod::hooks::resolve_port;
+use crate::ports::resolve_port;
 
 /// The result of one attempt: the outcome and its text (event message), or an internal error
 /// that must not move the counters (R6.4).

@@ -12,11 +12,11 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use super::ProbeResults;
 use super::tracker::{ProbeKind, ProbeResult};
 use super::worker::{ProbeTask, Results};
+use crate::context::Shared;
 use crate::model::{ContainerState, ObservedPod, PodKey, ProbeState};
-use crate::pod::context::Shared;
-use crate::pod::plan::ProbeResults;
 
 /// Saved per container ID.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -57,14 +57,14 @@ fn probed_containers(pod: &Pod) -> Vec<&Container> {
     s.init_containers
         .iter()
         .flatten()
-        .filter(|c| crate::pod::plan::is_sidecar(c))
+        .filter(|c| crate::status::is_sidecar(c))
         .chain(s.containers.iter())
         .collect()
 }
 
 impl ProbeManager {
     pub fn new(ctx: Shared, key: PodKey, uid: &str, wake: Arc<Notify>, cancel: CancellationToken) -> Self {
-        let save_path = crate::pod::spec::pod_dir(&ctx.node, uid).join("probe-results.json");
+        let save_path = crate::node::pod_dir(&ctx.node, uid).join("probe-results.json");
         let restored: HashMap<String, Saved> =
             std::fs::read(&save_path).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default();
         Self {

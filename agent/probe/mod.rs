@@ -2,5 +2,8 @@
 //! container instance; results feed the planner (startup, liveness) and status (started, ready).
 pub mod check;
 pub mod manager;
+mod results;
 pub mod tracker;
 mod worker;
+
+pub use self::results::{ProbeResult, ProbeResults};

@@ -1,7 +1,7 @@
 //! Threshold counting for one probe (R6.4): the cached result changes only after
 //! `successThreshold` consecutive successes or `failureThreshold` consecutive failures.
 
-pub use crate::pod::plan::ProbeResult;
+pub use super::results::ProbeResult;
 
 /// The outcome of one probe attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -11,8 +11,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::check::{Attempt, Target, run};
 use super::tracker::{Outcome, ProbeKind, ProbeResult, Tracker};
+use crate::context::{Shared, now_ns};
 use crate::model::PodKey;
-use crate::pod::context::{Shared, now_ns};
 
 /// Results of every probe of a pod, by (container ID, kind).
 pub type Results = Arc<Mutex<HashMap<(String, ProbeKind), ProbeResult>>>;

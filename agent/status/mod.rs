@@ -25,7 +25,7 @@ pub use self::conditions::{
 pub use self::phase::{
     FAILED, PENDING, RUNNING, SUCCEEDED, is_terminal, phase, phase_of_statuses, pod_initialized,
 };
-pub use self::restart::{ContainerKind, container_kinds, init_failed, should_restart};
+pub use self::restart::{ContainerKind, container_kinds, init_failed, is_sidecar, should_restart};
 use crate::model::{DesiredPod, ObservedPod, ProbeState};
 
 /// A start error remembered from the last sync, shown as the waiting reason while the container

@@ -23,7 +23,7 @@ pub(crate) fn restart_policy(pod: &Pod) -> &str {
 }
 
 /// A sidecar is an init container whose own `restartPolicy` is `Always`.
-pub(crate) fn is_sidecar(container: &Container) -> bool {
+pub fn is_sidecar(container: &Container) -> bool {
     container.restart_policy.as_deref() == Some("Always")
 }
 

@@ -5,10 +5,10 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::Mutex as AsyncMutex;
 
-use super::backoff::Backoff;
-use super::spec::NodeConfig;
+use crate::backoff::Backoff;
 use crate::cri::CriClient;
 use crate::model::PodKey;
+use crate::node::NodeConfig;
 use crate::registry::Registry;
 
 pub struct PodContext {

@@ -1,0 +1,55 @@
+//! The node-level settings every part of the agent shares, and the per-pod paths derived from
+//! them (below both the pod workers and the probes).
+
+use std::path::PathBuf;
+
+use crate::model::DesiredPod;
+
+/// Node-level settings the configs depend on.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    pub root_dir: PathBuf,
+    pub pod_logs_dir: PathBuf,
+    /// Where the legacy `<pod>_<ns>_<container>-<id>.log` symlinks go (R1.13), for log shippers
+    /// that read `/var/log/containers`; `None` makes none.
+    pub container_logs_dir: Option<PathBuf>,
+    pub node_name: String,
+    pub host_ip: Option<String>,
+    /// The host's resolver configuration, parsed once (used for dnsPolicy Default and as the
+    /// fallback of ClusterFirst, since a static-pod node has no cluster DNS).
+    pub host_dns: HostDns,
+}
+
+/// Name servers, search domains and options of the host's resolv.conf.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct HostDns {
+    pub servers: Vec<String>,
+    pub searches: Vec<String>,
+    pub options: Vec<String>,
+}
+
+impl HostDns {
+    pub fn parse(text: &str) -> Self {
+        let mut dns = HostDns::default();
+        for line in text.lines() {
+            let mut words = line.split_whitespace();
+            match words.next() {
+                Some("nameserver") => dns.servers.extend(words.next().map(str::to_string)),
+                Some("search" | "domain") => dns.searches = words.map(str::to_string).collect(),
+                Some("options") => dns.options.extend(words.map(str::to_string)),
+                _ => {}
+            }
+        }
+        dns
+    }
+}
+
+/// `<pod-logs-dir>/<namespace>_<name>_<uid>` (R1.5).
+pub fn pod_log_dir(node: &NodeConfig, d: &DesiredPod) -> PathBuf {
+    node.pod_logs_dir.join(format!("{}_{}_{}", d.key.namespace, d.key.name, d.uid))
+}
+
+/// `<root-dir>/pods/<uid>`: the pod's own state (volumes, termination-message files).
+pub fn pod_dir(node: &NodeConfig, uid: &str) -> PathBuf {
+    node.root_dir.join("pods").join(uid)
+}

@@ -1,0 +1,104 @@
+//! Garbage collection of old instances and sandboxes, and the pod's termination and removal.
+
+use super::*;
+
+impl Worker {
+    /// R12.5 / R4.10: keep only the newest exited instance of each container, and remove dead
+    /// sandboxes that are not the newest and hold no containers.
+    pub(super) async fn collect_garbage(&mut self, observed: &ObservedPod) {
+        let mut seen_exited: HashMap<&str, bool> = HashMap::new();
+        for c in &observed.containers {
+            if c.state != ContainerState::Exited {
+                continue;
+            }
+            let seen = seen_exited.entry(c.name.as_str()).or_insert(false);
+            if *seen {
+                debug!(container = %c.name, id = %c.id, "removing old exited instance");
+                if self.ctx.cri.remove_container(&c.id).await.is_ok() {
+                    self.acted = true;
+                    if !c.log_path.is_empty() {
+                        let _ = std::fs::remove_file(&c.log_path);
+                    }
+                    self.remove_legacy_link(&c.name, &c.id);
+                }
+            }
+            *seen = true;
+        }
+        for sb in observed.sandboxes.iter().skip(1) {
+            let used = observed.containers.iter().any(|c| c.sandbox_id == sb.id);
+            if sb.state == SandboxState::NotReady && !used {
+                let _ = self.ctx.cri.remove_sandbox(&sb.id).await;
+            }
+        }
+    }
+
+    /// Stops the pod within its grace budget; with `remove`, also removes sandboxes, volumes
+    /// and logs. Returns false when the runtime could not be reached (the caller retries).
+    pub(super) async fn terminate(&mut self, remove: bool, cancel: &CancellationToken) -> bool {
+        let ctx = self.ctx.clone();
+        let key = self.desired.key.clone();
+        let observed = match ctx.cri.observe(&self.desired.uid).await {
+            Ok(o) => o,
+            Err(e) => {
+                warn!(error = %e, "cannot observe the pod to terminate it; retrying");
+                return false;
+            }
+        };
+        if cancel.is_cancelled() {
+            return false;
+        }
+        self.probes.reconcile(&self.desired.pod.clone(), &observed, true);
+        let (_, probe_states) = self.probes.view();
+        self.publish(&observed, true, &probe_states);
+        let grace = termination_grace(&self.desired.pod);
+        let deadline = self.begin_kill(grace);
+        // A stop that failed (the runtime is down) is retried within the same deadline.
+        if !kill_pod(&ctx, &key, &self.desired.pod, &observed, grace, deadline, "pod deleted").await {
+            return false;
+        }
+        self.end_kill();
+        if !remove {
+            self.observe_and_publish(true).await;
+        }
+        // Sandboxes that were already not ready were skipped by kill_pod; stop them too so their
+        // network is released.
+        for sb in observed.sandboxes.iter().filter(|s| s.state != SandboxState::Ready) {
+            let _ = ctx.cri.stop_sandbox(&sb.id).await;
+        }
+        if remove {
+            for sb in &observed.sandboxes {
+                if let Err(e) = ctx.cri.remove_sandbox(&sb.id).await {
+                    warn!(sandbox = %sb.id, error = %e, "removing sandbox failed; retrying");
+                    return false;
+                }
+            }
+            // Containers of a sandbox that vanished earlier.
+            if let Ok(left) = ctx.cri.observe(&self.desired.uid).await {
+                for c in &left.containers {
+                    let _ = ctx.cri.stop_container(&c.id, Duration::ZERO).await;
+                    let _ = ctx.cri.remove_container(&c.id).await;
+                }
+            }
+            for c in &observed.containers {
+                self.remove_legacy_link(&c.name, &c.id);
+            }
+            let _ = std::fs::remove_dir_all(pod_log_dir(&ctx.node, &self.desired));
+            crate::pod::cgroups::remove_pod_cgroups_settled(&self.desired.uid).await;
+            // The pod dir goes last: an agent killed before this point finds it at its next
+            // start and finishes the removal (Supervisor::reap_leftover_dirs).
+            let _ = std::fs::remove_dir_all(pod_dir(&ctx.node, &self.desired.uid));
+            self.probes.stop();
+            ctx.registry.remove_pod(&key);
+            ctx.normal(&key, None, "Removed", format!("Pod {} removed", key));
+        }
+        true
+    }
+
+    pub(super) fn remove_legacy_link(&self, container: &str, id: &str) {
+        if let Some(link) =
+            crate::pod::spec::legacy_log_symlink(&self.ctx.node, &self.desired.key, container, id)
+        {
+            let _ = std::fs::remove_file(link);
+        }
+    }
+}

@@ -1,0 +1,367 @@
+//! One task per pod UID: observe the runtime, publish status, plan, execute; then wait for a
+//! wake (PLEG, probes), a spec change, a back-off expiry or the periodic resync.
+//! Termination is an explicit desire, never a side effect of the agent stopping.
+
+mod cleanup;
+mod inplace;
+mod persist;
+mod publish;
+mod starts;
+
+use self::persist::{backoff_path, conditions_path, status_path, update_state_path};
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Container, Pod, PodCondition, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use tokio::sync::{Notify, oneshot, watch};
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, debug, info, info_span, warn};
+
+use super::backoff::Backoff;
+use super::context::{Shared, now_ns};
+use super::plan::{KillReason, PodKillReason, ProbeResults, is_sidecar, plan_held, settle_until};
+use super::spec::{Kind, pod_dir, pod_log_dir, sandbox_config, termination_grace};
+use super::start::{
+    StartRequest, backoff_key, crash_backoff_wait, create_sandbox, ensure_image, start_container,
+};
+use super::terminate::{kill_one, kill_pod};
+use super::update::{self, PulledImage, UpdateState};
+use crate::model::{ContainerState, DesiredPod, ObservedPod, ProbeState, SandboxState};
+use crate::probe::manager::ProbeManager;
+use crate::registry::PodRecord;
+use crate::status::{StartError, StatusInput, compute};
+
+/// Periodic resync even without any wake (R12.6: 1 min).
+const RESYNC: Duration = Duration::from_secs(60);
+/// Retry delay after a failed sync (R12.9: 10 s; shorter here because a failed CRI call is
+/// usually containerd restarting).
+const RETRY: Duration = Duration::from_secs(2);
+
+/// What the supervisor wants from a worker.
+#[derive(Debug, Clone)]
+pub enum Desire {
+    Run(DesiredPod),
+    /// Stop everything within the grace budget; with `remove`, also remove sandboxes, volumes
+    /// and logs (the manifest is gone or replaced).
+    Terminate {
+        remove: bool,
+    },
+}
+
+/// Annotation on the published pod: the pod log directory (for `crilet logs`).
+pub const LOG_DIR_ANNOTATION: &str = crate::model::keys::LOG_DIRECTORY;
+
+struct Worker {
+    ctx: Shared,
+    desired: DesiredPod,
+    crash_backoff: Backoff,
+    start_errors: BTreeMap<String, StartError>,
+    status: Option<PodStatus>,
+    termination_messages: BTreeMap<String, String>,
+    probes: ProbeManager,
+    /// The current or last in-place update (kept under the pod directory).
+    update: Option<UpdateState>,
+    /// `activeDeadlineSeconds` ran out: everything is stopped and stays stopped.
+    deadline_exceeded: bool,
+    first_seen: jiff::Timestamp,
+    /// The outside (readiness-gate) conditions last saved under the pod's dir.
+    saved_conditions: Option<Vec<PodCondition>>,
+    /// The published status as last saved under the pod's dir.
+    saved_status: Option<Vec<u8>>,
+    /// During a sync that kills nothing: the runtime state as the sync's own starts changed it,
+    /// published after each start (one targeted `ContainerStatus`), so a restart shows at once.
+    live: Option<ObservedPod>,
+    /// Instances the agent killed itself (their 137 is no sign of a sandbox going away).
+    killed_by_agent: BTreeSet<String>,
+    /// This sync executed something (sandbox, container, start error): observe and publish
+    /// again before waiting, so the status never lags behind the agent's own actions.
+    acted: bool,
+}
+
+/// Runs a pod worker until its pod has terminated (or the agent stops). `synced` fires after the
+/// first sync (for systemd readiness).
+pub async fn run_worker(
+    ctx: Shared,
+    initial: DesiredPod,
+    mut desire: watch::Receiver<Desire>,
+    wake: Arc<Notify>,
+    cancel: CancellationToken,
+    mut synced: Option<oneshot::Sender<()>>,
+) {
+    let span = info_span!("pod", pod = %initial.key, uid = %initial.uid);
+    ctx.registry.register_waker(&initial.key, wake.clone());
+    let probes =
+        ProbeManager::new(ctx.clone(), initial.key.clone(), &initial.uid, wake.clone(), cancel.child_token());
+    let update = UpdateState::load(&update_state_path(&ctx, &initial.uid));
+    let saved_conditions: Option<Vec<PodCondition>> =
+        std::fs::read(conditions_path(&ctx, &initial.uid)).ok().and_then(|b| serde_json::from_slice(&b).ok());
+    if ctx.registry.external_conditions(&initial.key).is_empty() {
+        for c in saved_conditions.iter().flatten() {
+            ctx.registry.set_external_condition(&initial.key, c.clone(), false);
+        }
+    }
+    let crash_backoff = match std::fs::read(backoff_path(&ctx, &initial.uid)) {
+        Ok(json) => Backoff::crash_loop().with_json(&json),
+        Err(_) => Backoff::crash_loop(),
+    };
+    let saved_status = std::fs::read(status_path(&ctx, &initial.uid)).ok();
+    let status: Option<PodStatus> = saved_status.as_deref().and_then(|b| serde_json::from_slice(b).ok());
+    let mut w = Worker {
+        ctx: ctx.clone(),
+        desired: initial,
+        crash_backoff,
+        start_errors: BTreeMap::new(),
+        status,
+        termination_messages: BTreeMap::new(),
+        probes,
+        update,
+        deadline_exceeded: false,
+        first_seen: jiff::Timestamp::now(),
+        saved_conditions,
+        saved_status,
+        killed_by_agent: BTreeSet::new(),
+        live: None,
+        acted: false,
+    };
+    async move {
+        loop {
+            let want = desire.borrow_and_update().clone();
+            let mut next = Some(tokio::time::Instant::now() + RESYNC);
+            match want {
+                Desire::Terminate { remove } => {
+                    if w.terminate(remove, &cancel).await {
+                        info!("pod terminated");
+                        return;
+                    }
+                    if cancel.is_cancelled() {
+                        return;
+                    }
+                    next = Some(tokio::time::Instant::now() + RETRY);
+                }
+                Desire::Run(d) => {
+                    w.desired = d;
+                    match w.sync().await {
+                        Ok(requeue) => {
+                            if let Some(at) = requeue {
+                                let delay = Duration::from_nanos(u64::try_from(at - now_ns()).unwrap_or(0));
+                                next = Some(tokio::time::Instant::now() + delay.min(RESYNC));
+                            }
+                        }
+                        Err(e) => {
+                            warn!(error = %e, "sync failed; retrying");
+                            next = Some(tokio::time::Instant::now() + RETRY);
+                        }
+                    }
+                    if let Some(tx) = synced.take() {
+                        let _ = tx.send(());
+                    }
+                }
+            }
+            let deadline = next.unwrap_or_else(|| tokio::time::Instant::now() + RESYNC);
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                r = desire.changed() => if r.is_err() { return },
+                _ = wake.notified() => {}
+                _ = tokio::time::sleep_until(deadline) => {}
+            }
+        }
+    }
+    .instrument(span)
+    .await
+}
+
+fn all_containers(pod: &Pod) -> Vec<(Container, Kind)> {
+    let Some(spec) = pod.spec.as_ref() else { return Vec::new() };
+    let inits = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .map(|c| (c.clone(), if is_sidecar(c) { Kind::Sidecar } else { Kind::Init }));
+    inits.chain(spec.containers.iter().map(|c| (c.clone(), Kind::App))).collect()
+}
+
+impl Worker {
+    /// One sync, then, if it executed anything, a fresh observation published before the worker
+    /// waits: `get pods`, `logs --previous` and conditions show what the agent just did.
+    async fn sync(&mut self) -> Result<Option<i64>, crate::cri::CriError> {
+        self.acted = false;
+        let result = self.sync_once().await;
+        self.live = None;
+        if self.acted {
+            self.observe_and_publish(false).await;
+        }
+        result
+    }
+
+    /// One sync (R12.1 order). Returns when to come back for a back-off, if any.
+    async fn sync_once(&mut self) -> Result<Option<i64>, crate::cri::CriError> {
+        let ctx = self.ctx.clone();
+        let observed = ctx.cri.observe(&self.desired.uid).await?;
+        self.read_termination_messages(&observed);
+        let pod = self.desired.pod.clone();
+        self.probes.reconcile(&pod, &observed, false);
+        let (probe_results, probe_states) = self.probes.view();
+        let (held, update_requeue) = self.step_update(&observed, &probe_results, &probe_states).await;
+        let deadline = self.active_deadline(&observed);
+        if deadline.is_some_and(|d| d <= now_ns()) && !self.deadline_exceeded {
+            self.deadline_exceeded = true;
+            ctx.warning(
+                &self.desired.key,
+                None,
+                "DeadlineExceeded",
+                "Pod was active on the node longer than the specified deadline".into(),
+            );
+        }
+        self.crash_backoff.gc(now_ns());
+        self.publish(&observed, false, &probe_states);
+        if self.deadline_exceeded {
+            let running = observed
+                .containers
+                .iter()
+                .any(|c| matches!(c.state, ContainerState::Running | ContainerState::Unknown))
+                || observed.sandboxes.iter().any(|s| s.state == SandboxState::Ready);
+            if running {
+                self.acted = true;
+                let grace = termination_grace(&pod);
+                let deadline = self.begin_kill(grace);
+                let key = &self.desired.key;
+                if kill_pod(&ctx, key, &pod, &observed, grace, deadline, "active deadline exceeded").await {
+                    self.end_kill();
+                }
+            }
+            return Ok(None);
+        }
+        let mut the_plan = plan_held(&pod, &observed, &probe_results, &held);
+        if the_plan.kill_pod.is_none() {
+            // No pod kill is under way: a deadline saved by one that ended with the agent is void.
+            self.end_kill();
+        }
+        let mut update_requeue = match (update_requeue, deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        self.killed_by_agent.retain(|id| observed.containers.iter().any(|c| &c.id == id));
+        if let Some(until) = settle_until(&the_plan, &observed, &self.killed_by_agent, now_ns()) {
+            debug!("an instance was SIGKILLed from outside; starts wait to see whether the sandbox goes too");
+            the_plan.init_to_start.clear();
+            the_plan.app_to_start.clear();
+            update_requeue = Some(update_requeue.map_or(until, |r| r.min(until)));
+        }
+        if the_plan.is_empty() {
+            self.collect_garbage(&observed).await;
+            return Ok(update_requeue);
+        }
+        debug!(plan = ?the_plan, "sync plan");
+        self.acted = true;
+        let only_starts =
+            the_plan.kill_pod.is_none() && the_plan.kills.is_empty() && the_plan.create_sandbox.is_none();
+        self.live = only_starts.then(|| observed.clone());
+        let key = self.desired.key.clone();
+        let grace = termination_grace(&pod);
+        let containers = all_containers(&pod);
+
+        if let Some(reason) = the_plan.kill_pod {
+            let anything = observed
+                .containers
+                .iter()
+                .any(|c| matches!(c.state, ContainerState::Running | ContainerState::Unknown))
+                || observed.sandboxes.iter().any(|s| s.state == SandboxState::Ready);
+            if anything {
+                let why = match reason {
+                    PodKillReason::SandboxChanged => "sandbox changed",
+                    PodKillReason::SandboxLostNoRestart => "sandbox lost",
+                    PodKillReason::PodCompleted => "pod completed",
+                    PodKillReason::InitContainerFailed => "init container failed",
+                };
+                info!(reason = why, "killing pod");
+                let deadline = self.begin_kill(grace);
+                if kill_pod(&ctx, &key, &pod, &observed, grace, deadline, why).await {
+                    self.end_kill();
+                }
+            }
+            if the_plan.create_sandbox.is_none() {
+                return Ok(None);
+            }
+            if !observed.sandboxes.is_empty() {
+                ctx.normal(
+                    &key,
+                    None,
+                    "SandboxChanged",
+                    "Pod sandbox changed, it will be killed and re-created.".into(),
+                );
+            }
+            // R2.7: the init sequence re-runs in the new sandbox.
+            let is_init = |name: &str| containers.iter().any(|(c, k)| *k != Kind::App && c.name == name);
+            for c in observed.containers.iter().filter(|c| is_init(&c.name)) {
+                if let Err(e) = ctx.cri.remove_container(&c.id).await {
+                    warn!(container = %c.name, error = %e, "removing init container instance failed");
+                }
+            }
+        }
+
+        let pod_ip = observed.pod_ips().first().cloned();
+        for k in &the_plan.kills {
+            let Some((spec, _)) = containers.iter().find(|(c, _)| c.name == k.name) else { continue };
+            let g = match k.reason {
+                KillReason::LivenessProbe => probe_grace(spec.liveness_probe.as_ref()).unwrap_or(grace),
+                KillReason::StartupProbe => probe_grace(spec.startup_probe.as_ref()).unwrap_or(grace),
+                _ => grace,
+            };
+            self.killed_by_agent.insert(k.id.clone());
+            kill_one(&ctx, &self.desired, spec, &k.id, g, &k.message, pod_ip.as_deref()).await;
+        }
+
+        let (sandbox_id, pod_ips, attempt) = match the_plan.create_sandbox {
+            Some(attempt) => match create_sandbox(&ctx, &self.desired, attempt).await {
+                Ok((id, ips)) => (id, ips, attempt),
+                Err(e) => {
+                    // Retried after the kubelet's sync back-off (10 s, R12.9).
+                    warn!(error = %e.message, "creating the sandbox failed; retrying");
+                    return Ok(Some(now_ns() + 10_000_000_000));
+                }
+            },
+            None => match observed.sandbox() {
+                Some(s) => (s.id.clone(), s.ips.clone(), s.attempt),
+                None => return Ok(None),
+            },
+        };
+        let sb_config = sandbox_config(&ctx.node, &self.desired, attempt);
+        // Starts are planned from the snapshot taken before kills; for the back-off check and
+        // restart counts that snapshot is what the kubelet uses too (R6.6 nuance).
+        // The in-place update's own wake-up (end of the drain wait, pull retry) must survive a
+        // sync that also had other work, or it waits for an unrelated wake (a crash back-off).
+        let mut requeue: Option<i64> = update_requeue;
+        for name in &the_plan.init_to_start {
+            let Some((spec, kind)) = containers.iter().find(|(c, _)| &c.name == name) else { continue };
+            let ok =
+                self.start(&observed, spec, *kind, &sandbox_id, &pod_ips, &sb_config, &mut requeue).await;
+            // R4.4: a failed regular init container ends this sync; a sidecar does not.
+            if !ok && *kind == Kind::Init {
+                return Ok(requeue);
+            }
+        }
+        for name in &the_plan.app_to_start {
+            let Some((spec, kind)) = containers.iter().find(|(c, _)| &c.name == name) else { continue };
+            self.start(&observed, spec, *kind, &sandbox_id, &pod_ips, &sb_config, &mut requeue).await;
+        }
+        Ok(requeue)
+    }
+
+    /// When `activeDeadlineSeconds` (counted from the pod's start time) runs out, in ns.
+    fn active_deadline(&self, observed: &ObservedPod) -> Option<i64> {
+        let secs = self.desired.pod.spec.as_ref()?.active_deadline_seconds?;
+        let published = self.status.as_ref().and_then(|s| s.start_time.as_ref());
+        let start_ns = match published {
+            Some(t) => i64::try_from(t.0.as_nanosecond()).ok()?,
+            None => observed.sandboxes.iter().map(|s| s.created_at).min()?,
+        };
+        Some(start_ns.saturating_add(secs.saturating_mul(1_000_000_000)))
+    }
+}
+
+fn probe_grace(p: Option<&k8s_openapi::api::core::v1::Probe>) -> Option<Duration> {
+    p?.termination_grace_period_seconds.map(|s| Duration::from_secs(u64::try_from(s).unwrap_or(0)))
+}

@@ -1,0 +1,70 @@
+//! What a pod worker keeps under the pod's dir so a restarted agent carries on where it was:
+//! outside conditions, the last published status, the crash-loop back-off, the in-place update
+//! and a pod kill's deadline.
+
+use super::*;
+
+impl Worker {
+    pub(super) fn save_backoff(&self) {
+        let Some(json) = self.crash_backoff.to_json() else { return };
+        let path = backoff_path(&self.ctx, &self.desired.uid);
+        let tmp = path.with_extension("tmp");
+        if let Err(e) = std::fs::write(&tmp, json).and_then(|_| std::fs::rename(&tmp, &path)) {
+            debug!(error = %e, path = %path.display(), "saving the crash-loop back-off failed");
+        }
+    }
+
+    /// Saves the published status under the pod's dir when it changed (atomically).
+    pub(super) fn save_status(&mut self, status: &PodStatus) {
+        let Ok(json) = serde_json::to_vec(status) else { return };
+        if self.saved_status.as_deref() == Some(json.as_slice()) {
+            return;
+        }
+        let path = status_path(&self.ctx, &self.desired.uid);
+        let tmp = path.with_extension("tmp");
+        match std::fs::write(&tmp, &json).and_then(|_| std::fs::rename(&tmp, &path)) {
+            Ok(()) => self.saved_status = Some(json),
+            Err(e) => debug!(error = %e, path = %path.display(), "saving the pod status failed"),
+        }
+    }
+
+    pub(super) fn save_update(&self) {
+        if let Some(u) = &self.update {
+            if let Err(e) = u.save(&update_state_path(&self.ctx, &self.desired.uid)) {
+                warn!(error = %e, "saving the in-place update state failed");
+            }
+        }
+    }
+
+    /// The deadline of a pod kill starting (or, after an agent restart, resuming) now.
+    pub(super) fn begin_kill(&self, grace: Duration) -> tokio::time::Instant {
+        crate::pod::terminate::begin_kill(&pod_dir(&self.ctx.node, &self.desired.uid), grace, now_ns())
+    }
+
+    pub(super) fn end_kill(&self) {
+        crate::pod::terminate::end_kill(&pod_dir(&self.ctx.node, &self.desired.uid));
+    }
+}
+
+/// Where a pod's outside conditions are saved: they live only in the agent (no API server), so
+/// a restarted agent reloads them instead of flapping `Ready` (DESIGN: no readiness flap).
+pub(super) fn conditions_path(ctx: &Shared, uid: &str) -> std::path::PathBuf {
+    pod_dir(&ctx.node, uid).join("conditions.json")
+}
+
+/// Where a pod's last published status is saved: the kubelet carries restartCount and lastState
+/// forward from the status it published (kept by the API server); crilet keeps its own, so a
+/// restarted agent still knows the last state of an instance the runtime has removed since.
+pub(super) fn status_path(ctx: &Shared, uid: &str) -> std::path::PathBuf {
+    pod_dir(&ctx.node, uid).join("status.json")
+}
+
+/// Where a pod's crash-loop back-off is saved: restarting the agent must not restart a
+/// crash-looping container early.
+pub(super) fn backoff_path(ctx: &Shared, uid: &str) -> std::path::PathBuf {
+    pod_dir(&ctx.node, uid).join("crash-backoff.json")
+}
+
+pub(super) fn update_state_path(ctx: &Shared, uid: &str) -> std::path::PathBuf {
+    pod_dir(&ctx.node, uid).join("inplace-update.json")
+}
