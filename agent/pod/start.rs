@@ -52,6 +52,37 @@ fn mkdir(path: &Path, mode: u32) -> std::io::Result<()> {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
 }
 
+/// `root/sub`, created as directories where missing, never through a symlink: a container can
+/// put a symlink into a volume (`ln -s /etc data/x`), and a subPath through it would mount the
+/// host's file system (the kubelet's CVE-2017-1002101). `sub` is relative without `..`
+/// (validated with the manifest); each component is checked without following links.
+pub fn sub_path_in(root: &Path, sub: &str) -> std::io::Result<PathBuf> {
+    use std::path::Component;
+    let mut cur = root.to_path_buf();
+    for comp in Path::new(sub).components() {
+        match comp {
+            Component::Normal(name) => cur.push(name),
+            Component::CurDir => continue,
+            _ => return Err(std::io::Error::other("must be a relative path without \"..\"")),
+        }
+        match std::fs::symlink_metadata(&cur) {
+            Ok(m) if m.file_type().is_symlink() => {
+                return Err(std::io::Error::other(format!(
+                    "{} is a symlink; refusing to follow it",
+                    cur.display()
+                )));
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                std::fs::create_dir(&cur)?;
+                std::fs::set_permissions(&cur, std::fs::Permissions::from_mode(0o777))?;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(cur)
+}
+
 /// The crash-loop back-off key (R7.4): container name and hash, so a changed container
 /// starts without back-off (R2.5).
 pub fn backoff_key(c: &Container) -> String {
@@ -229,11 +260,9 @@ fn prepare_mounts(
             p
         };
         if let Some(sub) = vm.sub_path.as_deref().filter(|s| !s.is_empty()) {
-            host = host.join(sub);
-            if !host.exists() {
-                mkdir(&host, 0o777)
-                    .map_err(|e| err("CreateContainerConfigError", format!("subPath {sub:?}: {e}")))?;
-            }
+            host = sub_path_in(&host, sub).map_err(|e| {
+                err("CreateContainerConfigError", format!("volume {:?} subPath {sub:?}: {e}", vol.name))
+            })?;
         }
         mounts.push(api::Mount {
             container_path: vm.mount_path.clone(),
@@ -488,5 +517,38 @@ mod tests {
         assert!(text.starts_with("# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n"), "{text}");
         assert!(text.contains("10.88.77.5\tweb\n"), "{text}");
         assert!(text.ends_with("# Entries added by HostAliases.\n10.1.2.3\ta\tb\n"), "{text}");
+    }
+}
+
+#[cfg(test)]
+mod sub_path_tests {
+    use super::*;
+
+    #[test]
+    fn sub_paths_never_leave_the_volume() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().join("vol");
+        std::fs::create_dir(&root).expect("volume");
+        let outside = dir.path().join("outside");
+        std::fs::create_dir(&outside).expect("outside");
+        std::os::unix::fs::symlink(&outside, root.join("evil")).expect("symlink");
+        std::fs::create_dir(root.join("ok")).expect("dir");
+        // (name, subPath, Ok(path relative to the volume) or an error)
+        let cases = [
+            ("existing dir", "ok", Ok("ok")),
+            ("created", "new/deeper", Ok("new/deeper")),
+            ("through a symlink", "evil", Err(())),
+            ("below a symlink", "evil/x", Err(())),
+            ("dot dot", "ok/../..", Err(())),
+            ("absolute", "/etc", Err(())),
+        ];
+        for (name, sub, want) in cases {
+            let got = sub_path_in(&root, sub);
+            match want {
+                Ok(rel) => assert_eq!(got.expect(name), root.join(rel), "{name}"),
+                Err(()) => assert!(got.is_err(), "{name}: {got:?}"),
+            }
+        }
+        assert!(!outside.join("x").exists(), "nothing was created through the symlink");
     }
 }
