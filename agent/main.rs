@@ -230,7 +230,13 @@ async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
     };
 
     let wakers = Wakers::default();
-    let pleg_task = tokio::spawn(pleg::run(cri.clone(), wakers.clone(), pleg_state.clone(), cancel.clone()));
+    let pleg_task = tokio::spawn(pleg::run(
+        cri.clone(),
+        wakers.clone(),
+        pleg_state.clone(),
+        registry.clone(),
+        cancel.clone(),
+    ));
     tokio::spawn(crilet::pod::cgroups::sweep_periodically(cri.clone(), cancel.clone()));
     tokio::spawn(pleg::follow_events(cri.clone(), wakers.clone(), pleg_state, cancel.clone()));
 

@@ -7,6 +7,12 @@
 //! Unlike the kubelet's evented PLEG (R10.3), a broken stream is never given up for good: the
 //! relist runs at once (so nothing that happened during the gap waits for the next tick) and the
 //! stream is reopened with a capped back-off for as long as the agent runs.
+//!
+//! The relist is also how the agent knows the runtime is up: a relist that fails, or has not
+//! answered after `RELIST_SLOW`, reports the runtime unavailable to the registry (the control
+//! API shows it, every pod gets an event); the next relist that answers reports it available.
+//! Nothing else follows from it here: pod workers keep their own retries, and a failed call is
+//! never taken as news about a container.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -17,8 +23,9 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::cri::{CriClient, api};
+use crate::cri::{CriClient, CriError, api};
 use crate::model::keys;
+use crate::registry::Registry;
 
 /// Relist period (R10.1: 1 s).
 pub const RELIST_PERIOD: Duration = Duration::from_secs(1);
@@ -30,6 +37,11 @@ const RECONNECT_MAX: Duration = Duration::from_secs(2);
 const HEALTHY_STREAM: Duration = Duration::from_secs(10);
 /// How often a runtime without a stream is asked again (it may have been upgraded).
 const UNIMPLEMENTED_RECHECK: Duration = Duration::from_secs(60);
+/// A relist still unanswered after this long reports the runtime unavailable (the answer is
+/// still awaited, up to the CRI client's deadline). The kubelet calls its PLEG unhealthy after
+/// 3 min; a CRI list answers in milliseconds, so 10 s already means the runtime is stuck, and
+/// saying so 20 s before the 30 s call deadline runs out is worth it.
+pub const RELIST_SLOW: Duration = Duration::from_secs(10);
 
 /// What the PLEG is doing, shared with the control API (`crilet version`) and the relist.
 #[derive(Debug, Default)]
@@ -259,9 +271,32 @@ fn on_event(wakers: &Wakers, pleg: &PlegState, ev: &api::ContainerEventResponse)
     }
 }
 
+/// Every sandbox and container, reporting the runtime unavailable to `registry` if the answer
+/// takes longer than `RELIST_SLOW`.
+async fn list_all_watched(
+    cri: &CriClient,
+    registry: &Registry,
+) -> Result<(Vec<api::PodSandbox>, Vec<api::Container>), CriError> {
+    let list = cri.list_all(None);
+    tokio::pin!(list);
+    tokio::select! {
+        r = &mut list => return r,
+        _ = tokio::time::sleep(RELIST_SLOW) => {}
+    }
+    warn!(after = ?RELIST_SLOW, "the relist has not answered; the runtime is unavailable until it does");
+    registry.runtime_unavailable(&format!("the relist has not answered for {}s", RELIST_SLOW.as_secs()));
+    list.await
+}
+
 /// Runs the relist loop until `cancel` fires: every period, and at once when the event stream
-/// breaks or is (re)established.
-pub async fn run(cri: CriClient, wakers: Wakers, pleg: Arc<PlegState>, cancel: CancellationToken) {
+/// breaks or is (re)established. Each relist's outcome is the runtime's health in `registry`.
+pub async fn run(
+    cri: CriClient,
+    wakers: Wakers,
+    pleg: Arc<PlegState>,
+    registry: Registry,
+    cancel: CancellationToken,
+) {
     let mut last: Option<Snapshot> = None;
     let mut failing = false;
     let mut tick = tokio::time::interval(RELIST_PERIOD);
@@ -272,16 +307,18 @@ pub async fn run(cri: CriClient, wakers: Wakers, pleg: Arc<PlegState>, cancel: C
             _ = tick.tick() => {}
             _ = pleg.relist_now.notified() => tick.reset(),
         }
-        let (sandboxes, containers) = match cri.list_all(None).await {
+        let (sandboxes, containers) = match list_all_watched(&cri, &registry).await {
             Ok(v) => v,
             Err(e) => {
                 if !failing {
                     warn!(error = %e, "relist failed; the runtime may be restarting");
                 }
                 failing = true;
+                registry.runtime_unavailable(&e.to_string());
                 continue;
             }
         };
+        registry.runtime_available();
         if failing {
             info!("relist works again");
             failing = false;

@@ -1,5 +1,6 @@
 //! What the agent currently knows about each pod, for the control API: the pod (spec + computed
-//! status), where it came from, and a bounded log of events. Pod workers write; the API reads.
+//! status), where it came from, a bounded log of events, and whether the container runtime
+//! answers. Pod workers and the PLEG write; the API reads.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, RwLock};
@@ -38,6 +39,27 @@ pub struct Event {
     pub count: u32,
 }
 
+/// Whether the container runtime answers the agent, as the PLEG's relist finds it. While it is
+/// unavailable, the published pod statuses are the last ones observed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RuntimeHealth {
+    pub available: bool,
+    /// When the runtime last became available (or the agent started) or unavailable.
+    pub since: jiff::Timestamp,
+    /// While unavailable: the newest failure; empty while available.
+    pub last_error: String,
+}
+
+impl Default for RuntimeHealth {
+    fn default() -> Self {
+        Self { available: true, since: jiff::Timestamp::now(), last_error: String::new() }
+    }
+}
+
+/// Event reasons of the runtime's health, recorded on every pod when it changes.
+pub const RUNTIME_UNAVAILABLE: &str = "RuntimeUnavailable";
+pub const RUNTIME_AVAILABLE: &str = "RuntimeAvailable";
+
 /// Shared, cheaply cloned handle to the agent's view of pods and events.
 #[derive(Clone)]
 pub struct Registry {
@@ -52,6 +74,7 @@ struct Inner {
     external_conditions: RwLock<BTreeMap<PodKey, Vec<PodCondition>>>,
     /// Pod workers to wake when an outside condition of their pod changes.
     wakers: Mutex<BTreeMap<PodKey, Arc<Notify>>>,
+    runtime: Mutex<RuntimeHealth>,
 }
 
 impl Default for Registry {
@@ -64,6 +87,7 @@ impl Default for Registry {
                 event_tx,
                 external_conditions: RwLock::default(),
                 wakers: Mutex::default(),
+                runtime: Mutex::default(),
             }),
         }
     }
@@ -169,5 +193,89 @@ impl Registry {
 
     pub fn external_conditions(&self, pod: &PodKey) -> Vec<PodCondition> {
         self.inner.external_conditions.read().ok().and_then(|m| m.get(pod).cloned()).unwrap_or_default()
+    }
+
+    /// Whether the container runtime answers, as last reported.
+    pub fn runtime_health(&self) -> RuntimeHealth {
+        self.inner.runtime.lock().map(|h| h.clone()).unwrap_or_default()
+    }
+
+    /// The runtime failed to answer (`error` says how). The first failure after a healthy spell
+    /// records a `RuntimeUnavailable` warning on every pod; later ones only update the error.
+    pub fn runtime_unavailable(&self, error: &str) {
+        let now = jiff::Timestamp::now();
+        {
+            let Ok(mut h) = self.inner.runtime.lock() else { return };
+            h.last_error = error.to_string();
+            if !h.available {
+                return;
+            }
+            h.available = false;
+            h.since = now;
+        }
+        let message = format!(
+            "Container runtime is unavailable: {error}. Running containers are left as they are; \
+             retrying"
+        );
+        for key in self.pod_keys() {
+            self.record("Warning", &key, None, RUNTIME_UNAVAILABLE, message.clone());
+        }
+    }
+
+    /// The runtime answers again: after an outage, records a `RuntimeAvailable` event on every pod.
+    pub fn runtime_available(&self) {
+        let now = jiff::Timestamp::now();
+        let outage = {
+            let Ok(mut h) = self.inner.runtime.lock() else { return };
+            if h.available {
+                return;
+            }
+            let outage = now.duration_since(h.since);
+            *h = RuntimeHealth { available: true, since: now, last_error: String::new() };
+            outage
+        };
+        let secs = outage.as_secs_f64();
+        let message = format!("Container runtime is available again after {secs:.1}s");
+        for key in self.pod_keys() {
+            self.record("Normal", &key, None, RUNTIME_AVAILABLE, message.clone());
+        }
+    }
+
+    fn pod_keys(&self) -> Vec<PodKey> {
+        self.inner.pods.read().map(|p| p.keys().cloned().collect()).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runtime_health_transitions_are_recorded_once_per_pod() {
+        let registry = Registry::default();
+        let key = PodKey::new("default", "web");
+        let record = PodRecord { pod: Pod::default(), manifest_file: String::new(), warnings: Vec::new() };
+        registry.put_pod(key.clone(), record);
+        assert!(registry.runtime_health().available);
+
+        registry.runtime_available();
+        assert!(registry.events(None).is_empty(), "available while available: nothing to say");
+
+        registry.runtime_unavailable("connection refused");
+        registry.runtime_unavailable("deadline exceeded");
+        let h = registry.runtime_health();
+        assert!(!h.available);
+        assert_eq!(h.last_error, "deadline exceeded", "the newest failure is kept");
+        let reasons: Vec<String> = registry.events(Some(&key)).into_iter().map(|e| e.reason).collect();
+        assert_eq!(reasons, [RUNTIME_UNAVAILABLE], "one event per outage, not per failed relist");
+        assert!(registry.events(None)[0].message.contains("connection refused"), "names the first failure");
+
+        registry.runtime_available();
+        registry.runtime_available();
+        let h = registry.runtime_health();
+        assert!(h.available && h.last_error.is_empty());
+        let events = registry.events(Some(&key));
+        let reasons: Vec<(&str, &str)> = events.iter().map(|e| (e.kind, e.reason.as_str())).collect();
+        assert_eq!(reasons, [("Warning", RUNTIME_UNAVAILABLE), ("Normal", RUNTIME_AVAILABLE)]);
     }
 }

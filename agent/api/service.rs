@@ -16,7 +16,7 @@ use tracing::warn;
 use super::RuntimeInfo;
 use crate::model::PodKey;
 use crate::proto::{self, control_server::Control};
-use crate::registry::{Event, PodRecord, Registry};
+use crate::registry::{Event, PodRecord, Registry, RuntimeHealth};
 
 /// Conditions the agent computes itself; an outside controller may not set them.
 const AGENT_OWNED: [&str; 6] = [
@@ -109,6 +109,14 @@ fn record_to_proto(key: &PodKey, r: &PodRecord) -> Result<proto::PodRecord, Requ
     Ok(proto::PodRecord { pod_json, manifest_file: r.manifest_file.clone(), warnings: r.warnings.clone() })
 }
 
+fn health_to_proto(h: &RuntimeHealth) -> proto::RuntimeHealth {
+    proto::RuntimeHealth {
+        available: h.available,
+        since: h.since.to_string(),
+        last_error: h.last_error.clone(),
+    }
+}
+
 fn event_to_proto(e: &Event) -> proto::Event {
     let mut object = e.pod.to_string();
     if let Some(c) = &e.container {
@@ -169,7 +177,8 @@ impl Control for ControlService {
                 pods.push(record_to_proto(&key, &record)?);
             }
         }
-        Ok(Response::new(proto::ListPodsResponse { pods }))
+        let runtime = Some(health_to_proto(&self.registry.runtime_health()));
+        Ok(Response::new(proto::ListPodsResponse { pods, runtime }))
     }
 
     async fn get_pod(
@@ -179,7 +188,9 @@ impl Control for ControlService {
         let key = pod_key(request.into_inner().pod)?;
         let record = self.registry.pod(&key).ok_or_else(|| RequestError::PodNotFound(key.name.clone()))?;
         let events = self.registry.events(Some(&key)).iter().map(event_to_proto).collect();
-        Ok(Response::new(proto::GetPodResponse { pod: Some(record_to_proto(&key, &record)?), events }))
+        let runtime = Some(health_to_proto(&self.registry.runtime_health()));
+        let pod = Some(record_to_proto(&key, &record)?);
+        Ok(Response::new(proto::GetPodResponse { pod, events, runtime }))
     }
 
     type ListEventsStream = ReceiverStream<Result<proto::Event, Status>>;

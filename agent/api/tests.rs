@@ -11,7 +11,7 @@ use super::service::{check_condition, in_backlog};
 use super::*;
 use crate::model::PodKey;
 use crate::proto::{
-    GetPodRequest, ListEventsRequest, ListPodsRequest, PodRef, SetConditionRequest, VersionRequest,
+    self, GetPodRequest, ListEventsRequest, ListPodsRequest, PodRef, SetConditionRequest, VersionRequest,
 };
 use crate::registry::{Event, PodRecord};
 
@@ -104,6 +104,19 @@ async fn serves_over_a_private_socket() {
     client.set_condition(set("example.com/lb-ready", "")).await.expect("removal accepted");
     assert!(registry.external_conditions(&key).is_empty());
 
+    // The runtime's health travels with every pod listing and pod.
+    let health = |r: Option<proto::RuntimeHealth>| r.map(|h| (h.available, h.last_error));
+    let listed = client.list_pods(ListPodsRequest::default()).await.expect("list").into_inner();
+    assert_eq!(health(listed.runtime), Some((true, String::new())));
+    registry.runtime_unavailable("connection refused");
+    let got = client.get_pod(GetPodRequest { pod: web() }).await.expect("get").into_inner();
+    assert_eq!(health(got.runtime.clone()), Some((false, "connection refused".to_string())));
+    assert!(got.runtime.is_some_and(|h| h.since.parse::<jiff::Timestamp>().is_ok()), "since is RFC 3339");
+    assert_eq!(got.events.last().map(|e| e.reason.as_str()), Some("RuntimeUnavailable"));
+    registry.runtime_available();
+    let listed = client.list_pods(ListPodsRequest::default()).await.expect("list").into_inner();
+    assert_eq!(health(listed.runtime), Some((true, String::new())));
+
     let version = client.version(VersionRequest {}).await.expect("version").into_inner();
     assert_eq!(
         (version.crilet_version.as_str(), version.runtime_name.as_str()),
@@ -113,8 +126,11 @@ async fn serves_over_a_private_socket() {
     // A watch sends the backlog, then new events; cancelling the server ends it.
     let mut watch =
         client.list_events(ListEventsRequest { pod: web(), watch: true }).await.expect("watch").into_inner();
-    let first = watch.message().await.expect("stream ok").expect("backlog event");
-    assert_eq!(first.reason, "Started");
+    let mut backlog = Vec::new();
+    for _ in 0..3 {
+        backlog.push(watch.message().await.expect("stream ok").expect("backlog event").reason);
+    }
+    assert_eq!(backlog, ["Started", "RuntimeUnavailable", "RuntimeAvailable"]);
     registry.record("Warning", &key, Some("app"), "Unhealthy", "Readiness probe failed".into());
     let next = watch.message().await.expect("stream ok").expect("live event");
     assert_eq!((next.r#type.as_str(), next.reason.as_str()), ("Warning", "Unhealthy"));

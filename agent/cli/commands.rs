@@ -11,7 +11,7 @@ use serde_json::Value;
 use super::describe::{DescribeInput, describe_pod};
 use super::events::EventView;
 use super::output::{pod_list, to_json, to_yaml};
-use super::pods::{pod_row, render_pod_table};
+use super::pods::{pod_row, render_pod_table, runtime_warning};
 use super::{DescribeArgs, GetArgs, OutputFormat, SetConditionArgs, VersionArgs, call, get_pod};
 use crate::proto::{ListPodsRequest, PodRef, SetConditionRequest, VersionRequest, VersionResponse};
 
@@ -41,17 +41,21 @@ pub(super) async fn get(a: GetArgs) -> anyhow::Result<()> {
         bail!("a resource cannot be retrieved by name across all namespaces");
     }
     let mut client = crate::api::connect(&a.socket.control_socket).await?;
-    let pods_json: Vec<String> = match &a.name {
+    let (pods_json, runtime): (Vec<String>, _) = match &a.name {
         Some(name) => {
             let (_, response) = get_pod(&mut client, &a.namespace, name).await?;
-            response.pod.map(|p| p.pod_json).into_iter().collect()
+            (response.pod.map(|p| p.pod_json).into_iter().collect(), response.runtime)
         }
         None => {
             let namespace = if a.all_namespaces { String::new() } else { a.namespace.clone() };
             let response = call(client.list_pods(ListPodsRequest { namespace }).await, "list pods")?;
-            response.into_inner().pods.into_iter().map(|p| p.pod_json).collect()
+            let response = response.into_inner();
+            (response.pods.into_iter().map(|p| p.pod_json).collect(), response.runtime)
         }
     };
+    if let Some(warning) = runtime_warning(runtime.as_ref(), Timestamp::now()) {
+        eprintln!("{warning}");
+    }
     let values = pods_json
         .iter()
         .map(|j| serde_json::from_str::<Value>(j))
@@ -116,6 +120,7 @@ pub(super) async fn describe(a: DescribeArgs) -> anyhow::Result<()> {
             manifest_file: &record.manifest_file,
             warnings: &record.warnings,
             events: &events,
+            runtime: response.runtime.as_ref(),
         };
         texts.push(describe_pod(&input, Timestamp::now(), &tz));
     }

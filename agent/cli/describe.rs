@@ -1,5 +1,6 @@
 //! `crilet describe pod`: a port of kubectl's `describePod` layout (same sections, order, labels
-//! and alignment), plus what only crilet knows: the manifest file and the manifest's warnings.
+//! and alignment), plus what only crilet knows: the manifest file, the manifest's warnings, and
+//! (only while it is so) that the container runtime is unavailable.
 //! Container sections live in `describe_containers.rs`.
 
 use std::collections::BTreeMap;
@@ -12,6 +13,7 @@ use super::describe_containers::{describe_containers, describe_volumes};
 use super::events::{EventView, interval};
 use super::format::{rfc1123z, s, since};
 use super::tabwriter::{self, DESCRIBE};
+use crate::proto::RuntimeHealth;
 
 /// Everything `describe` shows about one pod.
 pub(crate) struct DescribeInput<'a> {
@@ -19,6 +21,8 @@ pub(crate) struct DescribeInput<'a> {
     pub manifest_file: &'a str,
     pub warnings: &'a [String],
     pub events: &'a [EventView],
+    /// The runtime's health as the agent sees it (`None`: the agent did not say).
+    pub runtime: Option<&'a RuntimeHealth>,
 }
 
 /// Text under construction, written like kubectl's `PrefixWriter` (two spaces per level, cells
@@ -85,6 +89,17 @@ pub(crate) fn describe_pod(input: &DescribeInput<'_>, now: Timestamp, tz: &TimeZ
         if !s(v).is_empty() {
             w.w(0, &format!("{label}:\t{}\n", s(v)));
         }
+    }
+    // Right under the status it qualifies: that status is the last one observed.
+    if let Some(h) = input.runtime.filter(|h| !h.available) {
+        let since_text = match h.since.parse::<Timestamp>() {
+            Ok(t) => format!("{} (since {})", since(Some(t), now), rfc1123z(t, tz)),
+            Err(_) => "<unknown>".to_string(),
+        };
+        w.w(
+            0,
+            &format!("Runtime:\tUnavailable for {since_text}: {}; status as last observed\n", h.last_error),
+        );
     }
     w.w(0, &format!("IP:\t{}\n", s(&status.pod_ip)));
     let ips = status.pod_ips.clone().unwrap_or_default();

@@ -53,6 +53,7 @@ fn describe_running_pod() {
         manifest_file: "/etc/crilet/manifests/web.yaml",
         warnings: &warnings,
         events: &events,
+        runtime: None,
     };
     let want = "\
 Name:         web
@@ -134,7 +135,7 @@ fn describe_sparse_pod() {
                                                "imageID": "", "state": {"waiting": {"reason": "PodInitializing"}}}],
                    "containerStatuses": null},
     }));
-    let input = DescribeInput { pod: &p, manifest_file: "", warnings: &[], events: &[] };
+    let input = DescribeInput { pod: &p, manifest_file: "", warnings: &[], events: &[], runtime: None };
     let got = describe_pod(&input, now(), &TimeZone::UTC);
     let want = "\
 Name:                      web
@@ -220,4 +221,34 @@ fn qos_cases() {
         with(json!({"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "500m"}})),
         "Burstable"
     );
+}
+
+#[test]
+fn describe_says_when_the_runtime_is_unavailable() {
+    let p = pod(json!({}));
+    let events = [event(12, "Warning", "RuntimeUnavailable", 1, "Container runtime is unavailable: boom")];
+    let down = proto::RuntimeHealth {
+        available: false,
+        since: ago(12),
+        last_error: "CRI ListPodSandbox for all pods failed: Unavailable: connection refused".into(),
+    };
+    let input =
+        DescribeInput { pod: &p, manifest_file: "", warnings: &[], events: &events, runtime: Some(&down) };
+    let got = describe_pod(&input, now(), &TimeZone::UTC);
+    let lines: Vec<&str> = got.lines().collect();
+    let status = lines.iter().position(|l| l.starts_with("Status:")).expect("a Status line");
+    assert_eq!(
+        lines[status + 1],
+        "Runtime:      Unavailable for 12s (since Mon, 06 May 2024 11:59:48 +0000): CRI ListPodSandbox for all \
+         pods failed: Unavailable: connection refused; status as last observed",
+        "\n{got}"
+    );
+    assert!(
+        got.contains("Warning  RuntimeUnavailable  12s   crilet  Container runtime is unavailable: boom"),
+        "{got}"
+    );
+
+    let up = proto::RuntimeHealth { available: true, since: ago(3), last_error: String::new() };
+    let input = DescribeInput { pod: &p, manifest_file: "", warnings: &[], events: &[], runtime: Some(&up) };
+    assert!(!describe_pod(&input, now(), &TimeZone::UTC).contains("Runtime:"), "said only while it is so");
 }

@@ -1,5 +1,6 @@
 //! The `crilet get pods` table: a port of kubectl's `printPod` (READY, STATUS, RESTARTS, AGE and
-//! the wide columns), kept pure so each kubectl rule is a table-driven test case.
+//! the wide columns), kept pure so each kubectl rule is a table-driven test case; plus the
+//! warning printed on stderr while the agent cannot reach the container runtime.
 
 use std::collections::HashMap;
 
@@ -8,6 +9,7 @@ use k8s_openapi::api::core::v1::{ContainerState, ContainerStatus, Pod};
 
 use super::format::{s, since, ts};
 use super::tabwriter::{self, TABLE};
+use crate::proto::RuntimeHealth;
 
 /// One row of the pods table.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -184,6 +186,21 @@ pub(crate) fn render_pod_table(rows: &[PodRow], all_namespaces: bool, wide: bool
         push(cells);
     }
     tabwriter::align(&text, TABLE)
+}
+
+/// The line `get pods` prints on stderr while the agent cannot reach the container runtime, in
+/// the shape of the API-server warnings kubectl prints there (`Warning: ...`): stdout keeps
+/// exactly the table or document a script parses, and the reader still learns that the
+/// statuses on it are the last ones observed. `None` while the runtime answers (or the agent
+/// does not say).
+pub(crate) fn runtime_warning(health: Option<&RuntimeHealth>, now: Timestamp) -> Option<String> {
+    let h = health.filter(|h| !h.available)?;
+    let for_how_long = since(h.since.parse().ok(), now);
+    Some(format!(
+        "Warning: the container runtime has been unavailable for {for_how_long}: {}; pod statuses are the \
+         last ones observed, running containers are left alone and the agent retries",
+        h.last_error
+    ))
 }
 
 fn or_none(v: String) -> String {

@@ -152,3 +152,23 @@ fn table_rendering() {
          default     web    1/1     Running   0          5m    10.88.0.5   node1   <none>           <none>\n"
     );
 }
+
+#[test]
+fn runtime_warning_cases() {
+    let health = |available: bool, since: i64, error: &str| RuntimeHealth {
+        available,
+        since: ago(since),
+        last_error: error.into(),
+    };
+    assert_eq!(runtime_warning(None, now()), None, "an agent that does not say");
+    assert_eq!(runtime_warning(Some(&health(true, 30, "")), now()), None, "available");
+    let down = health(false, 12, "CRI ListPodSandbox for all pods failed: Unavailable: connection refused");
+    assert_eq!(
+        runtime_warning(Some(&down), now()).as_deref(),
+        Some(
+            "Warning: the container runtime has been unavailable for 12s: CRI ListPodSandbox for all pods \
+             failed: Unavailable: connection refused; pod statuses are the last ones observed, running \
+             containers are left alone and the agent retries"
+        )
+    );
+}

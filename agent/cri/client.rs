@@ -196,17 +196,20 @@ impl CriClient {
     pub async fn observe(&self, uid: &str) -> Result<ObservedPod, CriError> {
         let (sandboxes, containers) = self.list_all(Some((keys::POD_UID, uid))).await?;
         let mut observed = ObservedPod { uid: uid.to_string(), ..Default::default() };
+        // Only what can really have been removed since the list (a not-ready sandbox, an exited
+        // container) is skipped on NotFound; for a ready sandbox or a live container it is an
+        // error, and the sync is retried: dropping it would start a second copy of it.
         for sb in sandboxes {
             match self.sandbox_status(&sb.id).await {
                 Ok(s) => observed.sandboxes.push(s),
-                Err(e) if e.is_not_found() => {}
+                Err(e) if e.is_not_found() && sb.state != api::PodSandboxState::SandboxReady as i32 => {}
                 Err(e) => return Err(e),
             }
         }
         for ct in containers {
             match self.container_status(&ct.id, &ct.pod_sandbox_id).await {
                 Ok(c) => observed.containers.push(c),
-                Err(e) if e.is_not_found() => {}
+                Err(e) if e.is_not_found() && ct.state == api::ContainerState::ContainerExited as i32 => {}
                 Err(e) => return Err(e),
             }
         }

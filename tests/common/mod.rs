@@ -3,6 +3,8 @@
 //! socket; pods in a namespace of the test's own), and waits on observable state with deadlines.
 #![allow(dead_code)]
 
+pub mod cri_proxy;
+
 use std::collections::HashMap;
 use std::future::Future;
 use std::os::unix::fs::PermissionsExt;
@@ -272,4 +274,91 @@ pub fn running(p: &Value, name: &str) -> bool {
 /// The container ID without the `containerd://` prefix.
 pub fn container_id(p: &Value, name: &str) -> Option<String> {
     cstatus(p, name)?["containerID"].as_str().map(|s| s.trim_start_matches("containerd://").to_string())
+}
+
+impl Agent {
+    /// Like [`Agent::start`], but the agent speaks CRI to `endpoint` (a [`cri_proxy::CriProxy`]).
+    /// `env` then names that endpoint too, so [`Agent::spawn`] after a kill uses it again;
+    /// [`Env::load`]`().cri()` still reaches containerd directly.
+    pub async fn start_with_endpoint(name: &str, endpoint: &str) -> Agent {
+        let mut env = Env::load();
+        remove_pods_of(&env.cri(), &PathBuf::from("/var/lib/crilet-dev/tests").join(name).join("manifests"))
+            .await;
+        env.vars.insert("CRILET_CONTAINERD_ENDPOINT".into(), endpoint.to_string());
+        let dir = PathBuf::from("/var/lib/crilet-dev/tests").join(name);
+        let mut a = Agent {
+            name: name.to_string(),
+            manifests: dir.join("manifests"),
+            root: dir.join("root"),
+            logs: dir.join("pod-logs"),
+            socket: PathBuf::from("/run/crilet-dev/tests").join(format!("{name}.sock")),
+            log_file: dir.join("crilet.log"),
+            dir,
+            env,
+            child: None,
+        };
+        let _ = std::fs::remove_dir_all(&a.dir);
+        for d in [&a.manifests, &a.root, &a.logs] {
+            std::fs::create_dir_all(d).expect("mkdir");
+            std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        }
+        a.spawn();
+        a
+    }
+
+    /// The `Warning: …` line `crilet get pods` prints on stderr while the agent finds the
+    /// runtime unavailable: `Some(None)` while it finds it available, `None` while the agent
+    /// does not answer.
+    pub fn runtime_warning(&self) -> Option<Option<String>> {
+        let (ok, _, err) = self.cli(&["get", "pods", "-A"]);
+        ok.then(|| err.lines().find(|l| l.starts_with("Warning:")).map(str::to_string))
+    }
+
+    /// `crilet events` for one pod (the table, header included).
+    pub fn events_of(&self, namespace: &str, pod: &str) -> String {
+        self.cli(&["events", "-n", namespace, "--for", &format!("pod/{pod}")]).1
+    }
+
+    /// The PLEG's mode as `crilet version` reports it ("events" or "relist") and the CRI events
+    /// the agent has received.
+    pub fn pleg(&self) -> Option<(String, u64)> {
+        let (ok, out, _) = self.cli(&["version"]);
+        let line = out.lines().find(|l| l.starts_with("Runtime Changes:")).filter(|_| ok)?;
+        // "Runtime Changes: events (12 CRI events received)"
+        let mut words = line.split_whitespace().skip(2);
+        let mode = words.next()?.to_string();
+        let count = words.next()?.trim_start_matches('(').parse().ok()?;
+        Some((mode, count))
+    }
+}
+
+/// Waits until `a` reports the runtime unavailable; returns the warning.
+pub async fn runtime_reported_unavailable(a: &Agent, limit: Duration) -> String {
+    wait_for("the runtime reported unavailable", limit, || async { a.runtime_warning().flatten() }).await
+}
+
+/// Waits until `a` reports the runtime available again.
+pub async fn runtime_reported_available(a: &Agent, limit: Duration) {
+    wait_for("the runtime reported available", limit, || async {
+        a.runtime_warning().filter(Option::is_none).map(drop)
+    })
+    .await
+}
+
+/// The restartCount of a container status by name.
+pub fn restart_count(p: &Value, name: &str) -> Option<u64> {
+    cstatus(p, name)?["restartCount"].as_u64()
+}
+
+/// Every container instance the runtime has for pod `uid`: (name, attempt, id, running?),
+/// sorted; for comparing a pod before and after a fault.
+pub async fn instances(cri: &CriClient, uid: &str) -> Option<Vec<(String, u32, String, bool)>> {
+    let o = cri.observe(uid).await.ok()?;
+    let mut v: Vec<_> = o
+        .containers
+        .iter()
+        .map(|c| (c.name.clone(), c.attempt, c.id.clone(), c.state == crilet::model::ContainerState::Running))
+        .collect();
+    v.sort();
+    Some(v)
 }

@@ -36,9 +36,18 @@ use crate::status::{StartError, StatusInput, compute};
 
 /// Periodic resync even without any wake (R12.6: 1 min).
 const RESYNC: Duration = Duration::from_secs(60);
-/// Retry delay after a failed sync (R12.9: 10 s; shorter here because a failed CRI call is
-/// usually containerd restarting).
+/// First retry delay after a failed sync: a failed CRI call is usually containerd restarting.
 const RETRY: Duration = Duration::from_secs(2);
+/// The retry back-off's cap (the kubelet retries a failed sync after 10 s, R12.9).
+const RETRY_MAX: Duration = Duration::from_secs(10);
+
+/// The wait before retrying after `failures` failed syncs in a row: doubling from `RETRY` up to
+/// `RETRY_MAX`, plus up to a fifth more at random so pods that failed together (a runtime
+/// outage) do not all retry in the same instant.
+fn retry_after(failures: u32, jitter: f64) -> Duration {
+    let base = RETRY.saturating_mul(1 << failures.saturating_sub(1).min(8)).min(RETRY_MAX);
+    base.mul_f64(1.0 + 0.2 * jitter.clamp(0.0, 1.0))
+}
 
 /// What the supervisor wants from a worker.
 #[derive(Debug, Clone)]
@@ -127,6 +136,7 @@ pub async fn run_worker(
         acted: false,
     };
     async move {
+        let mut failures: u32 = 0;
         loop {
             let want = desire.borrow_and_update().clone();
             let mut next = Some(tokio::time::Instant::now() + RESYNC);
@@ -139,20 +149,24 @@ pub async fn run_worker(
                     if cancel.is_cancelled() {
                         return;
                     }
-                    next = Some(tokio::time::Instant::now() + RETRY);
+                    failures = failures.saturating_add(1);
+                    next = Some(tokio::time::Instant::now() + retry_after(failures, fastrand::f64()));
                 }
                 Desire::Run(d) => {
                     w.desired = d;
                     match w.sync().await {
                         Ok(requeue) => {
+                            failures = 0;
                             if let Some(at) = requeue {
                                 let delay = Duration::from_nanos(u64::try_from(at - now_ns()).unwrap_or(0));
                                 next = Some(tokio::time::Instant::now() + delay.min(RESYNC));
                             }
                         }
                         Err(e) => {
-                            warn!(error = %e, "sync failed; retrying");
-                            next = Some(tokio::time::Instant::now() + RETRY);
+                            failures = failures.saturating_add(1);
+                            let wait = retry_after(failures, fastrand::f64());
+                            warn!(error = %e, retry_in_ms = wait.as_millis() as u64, "sync failed; retrying");
+                            next = Some(tokio::time::Instant::now() + wait);
                         }
                     }
                     if let Some(tx) = synced.take() {
@@ -364,4 +378,28 @@ impl Worker {
 
 fn probe_grace(p: Option<&k8s_openapi::api::core::v1::Probe>) -> Option<Duration> {
     p?.termination_grace_period_seconds.map(|s| Duration::from_secs(u64::try_from(s).unwrap_or(0)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failed_syncs_back_off_up_to_the_cap() {
+        let s = Duration::from_secs;
+        // (failures in a row, jitter draw, wait)
+        let cases = [
+            (1, 0.0, s(2)),
+            (2, 0.0, s(4)),
+            (3, 0.0, s(8)),
+            (4, 0.0, s(10)),
+            (40, 0.0, s(10)),
+            (1, 1.0, Duration::from_millis(2400)),
+            (40, 1.0, s(12)),
+            (0, 0.0, s(2)),
+        ];
+        for (failures, jitter, want) in cases {
+            assert_eq!(retry_after(failures, jitter), want, "{failures} failures, jitter {jitter}");
+        }
+    }
 }
