@@ -70,6 +70,14 @@ CNI_IPAM_DIR="$CRILET_RUN/cni/ipam"
 # iptables chain that keeps pod traffic on this machine (see setup.sh: install_egress_guard).
 GUARD_CHAIN=CRILET-DEV-GUARD
 
+# What setup found missing and made, so teardown removes exactly that (kept in the persistent
+# directory: a reboot between setup and teardown must not make teardown forget).
+OWNED_DIR="$CRILET_DEV/owned"
+# The kubelet-style pod cgroup parent, in every hierarchy.
+KUBEPODS=kubepods
+# The CNI portmap plugin's shared nat chains.
+PORTMAP_CHAINS=(CNI-HOSTPORT-DNAT CNI-HOSTPORT-SETMARK CNI-HOSTPORT-MASQ)
+
 # --- registry ----------------------------------------------------------------------------
 REGISTRY_LISTEN=127.0.0.1:5099
 REGISTRY=localhost:5099

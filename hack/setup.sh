@@ -76,9 +76,27 @@ check_cgroups() {
     [ "${#missing[@]}" -eq 0 ] || warn "optional cgroup v1 controllers not mounted: ${missing[*]}"
 }
 
+# record_owned — note what does not exist yet and will be made by what setup starts: the pod
+# cgroup parent (runc makes it for our pods) and portmap's nat chains (the CNI plugin makes
+# them). Teardown removes those, and only those.
+record_owned() {
+    if ! compgen -G "/sys/fs/cgroup/*/$KUBEPODS" >/dev/null && [ ! -d "/sys/fs/cgroup/$KUBEPODS" ]; then
+        touch "$OWNED_DIR/kubepods"
+    fi
+    if ! iptables -w -t nat -S "${PORTMAP_CHAINS[0]}" >/dev/null 2>&1; then
+        touch "$OWNED_DIR/portmap-chains"
+    fi
+}
+
 setup_sysctls() {
     # The bridge plugin (isGateway) turns forwarding on at the first pod anyway; doing it
     # here makes the host state predictable. Pod egress is blocked by the guard below.
+    # Remember an earlier value once, so teardown can put it back.
+    local before
+    before="$(cat /proc/sys/net/ipv4/ip_forward)"
+    if [ "$before" != 1 ] && [ ! -e "$OWNED_DIR/ip_forward" ]; then
+        echo "$before" >"$OWNED_DIR/ip_forward"
+    fi
     sysctl -qw net.ipv4.ip_forward=1
     # bridge-nf-call-iptables is not needed by the bridge/portmap plugins; leave the host's
     # choice alone, only make sure the module is there if someone relies on it.
@@ -519,6 +537,8 @@ if [ -S /run/containerd/containerd.sock ]; then
 fi
 mkdir -p "$CRILET_DEV" "$CRILET_RUN" "$LOG_DIR" "$IMAGE_BUILD_DIR"
 chmod 0755 "$CRILET_DEV" "$CRILET_RUN"
+mkdir -p "$OWNED_DIR"
+record_owned
 check_cgroups
 setup_sysctls
 install_egress_guard

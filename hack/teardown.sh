@@ -166,6 +166,50 @@ unmount_orphan_sandbox_shm() {
         'index($5, p) == 1 && $5 ~ /\/shm$/ {print $5}' /proc/self/mountinfo)
 }
 
+# remove_owned — what setup recorded as made by us (lib.sh OWNED_DIR): the empty pod cgroup
+# tree, portmap's nat chains once no hostPort rule is left in them, and ip_forward's old value.
+remove_owned() {
+    local h dir chain
+    if [ -e "$OWNED_DIR/kubepods" ]; then
+        for h in /sys/fs/cgroup/*/ /sys/fs/cgroup/; do
+            [ -d "$h$KUBEPODS" ] || continue
+            # Deepest first; rmdir refuses anything still holding processes or children.
+            find "$h$KUBEPODS" -depth -type d 2>/dev/null | while read -r dir; do rmdir "$dir" 2>/dev/null || true; done
+        done
+        if ! compgen -G "/sys/fs/cgroup/*/$KUBEPODS" >/dev/null; then rm -f "$OWNED_DIR/kubepods"; fi
+    fi
+    if [ -e "$OWNED_DIR/portmap-chains" ]; then
+        # Only the chains' own fixed rules left (no DNAT of any pod): remove them and their jumps.
+        if [ "$(iptables -w -t nat -S CNI-HOSTPORT-DNAT 2>/dev/null | grep -c -- '^-A')" = 0 ]; then
+            iptables -w -t nat -D PREROUTING -m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT 2>/dev/null || true
+            iptables -w -t nat -D OUTPUT -m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT 2>/dev/null || true
+            iptables -w -t nat -D POSTROUTING -m comment --comment "CNI portfwd requiring masquerade" \
+                -j CNI-HOSTPORT-MASQ 2>/dev/null || true
+            for chain in "${PORTMAP_CHAINS[@]}"; do
+                iptables -w -t nat -F "$chain" 2>/dev/null && iptables -w -t nat -X "$chain" 2>/dev/null || true
+            done
+            rm -f "$OWNED_DIR/portmap-chains"
+        else
+            warn "portmap's nat chains still hold hostPort rules; left in place"
+        fi
+    fi
+    if [ -s "$OWNED_DIR/ip_forward" ]; then
+        sysctl -qw "net.ipv4.ip_forward=$(cat "$OWNED_DIR/ip_forward")" && rm -f "$OWNED_DIR/ip_forward"
+    fi
+}
+
+# Sockets left under our run directory by processes that are gone (an agent killed with
+# SIGKILL cannot remove its control socket). A socket something still listens on stays.
+remove_stale_sockets() {
+    local sock listening
+    listening="$(ss -xlnH 2>/dev/null | awk '{print $5}')"
+    while read -r sock; do
+        [ -n "$sock" ] || continue
+        grep -qxF "$sock" <<<"$listening" && continue
+        rm -f "$sock"
+    done < <(find "$CRILET_RUN" -type s 2>/dev/null)
+}
+
 remove_network() {
     if ip link show "$CNI_BRIDGE" >/dev/null 2>&1; then
         log "deleting bridge $CNI_BRIDGE"
@@ -205,6 +249,8 @@ bash "$HACK_DIR/containerd.sh" stop
 rmdir /run/containerd/s /run/containerd 2>/dev/null || true
 [ -d "$CONTAINERD_STATE" ] && unmount_orphan_sandbox_shm "$remaining"
 [ "$KEEP_REGISTRY" = 1 ] || stop_registry
+remove_stale_sockets
+remove_owned
 rm -f "$ENV_FILE" "$RUNTIME_FILE"
 
 if [ "$ALL" = 1 ]; then

@@ -5,24 +5,31 @@
 # Two legs, each set up by hack/setup.sh (packages, private containerd, registry, images):
 #   containerd 2.1 (Debian sid's, CRI events): unit tests, the systemd unit check, every
 #       integration test in tests/, then the CRI conformance run (hack/critest.sh);
-#   containerd 1.6 (bookworm's, relist): the lifecycle, probe, status and runtime-restart tests.
+#   containerd 1.6 (bookworm's, relist): the lifecycle, probe, status, termination,
+#       runtime-restart and runtime-fault tests.
 # ARGS go to the test binaries of both legs, e.g. `hack/test.sh e2e_sidecar` runs only tests
 # whose name contains e2e_sidecar (and skips critest). CRILET_TEST_LEGS="2.1" (or "1.6") runs
 # one leg. The run always ends with hack/teardown.sh (not --all: images stay for the next
-# run), also when a step fails or the run is interrupted. Exits non-zero if any step failed;
-# a teardown problem is reported but does not change the status.
+# run), also when a step fails or the run is interrupted, and hack/verify-clean.sh then checks
+# that no process, cgroup, socket, mount, interface or rule of the project is left. Exits
+# non-zero if any step failed or something was left; a failing teardown is reported but does
+# not change the status.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
 require_root
 LEGS="${CRILET_TEST_LEGS:-2.1 1.6}"
 # The tests that must pass on the relist leg too.
-RELIST_TESTS=(--test lifecycle --test probes --test status --test runtime_restart)
+RELIST_TESTS=(--test lifecycle --test probes --test status --test termination --test runtime_restart
+    --test runtime_faults)
 
 cleanup() {
     local status=$?
     if ! bash "$HACK_DIR/teardown.sh"; then
         warn "teardown failed (exit status of the run is unchanged: $status)"
+    elif ! bash "$HACK_DIR/verify-clean.sh"; then
+        warn "teardown left something of the project on the machine (see above)"
+        [ "$status" != 0 ] || status=1
     fi
     exit "$status"
 }
