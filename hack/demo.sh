@@ -13,8 +13,11 @@
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
-require_root
+check_prerequisites
 TIMEOUT="${DEMO_TIMEOUT:-120}"
+# A failed step leaves what setup started (containerd, the registry, maybe crilet) running on
+# purpose, so it can be looked at; say how to stop it.
+trap 'status=$?; [ "$status" = 0 ] || warn "the demo failed (exit $status); what it started keeps running: stop it with hack/teardown.sh"' EXIT
 
 bash "$HACK_DIR/setup.sh"
 set -a

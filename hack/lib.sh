@@ -336,3 +336,23 @@ ensure_containerd_sid() {
         die "sid's containerd $version does not run on this machine"
     log "containerd $version from Debian sid in $dest (runc stays the system's)"
 }
+
+# check_prerequisites — what demo.sh and test.sh need before they install or start anything:
+# root, Debian 12 or newer, and a Rust toolchain (cargo, rustc >= the crate's rust-version).
+check_prerequisites() {
+    require_root
+    local id version_id
+    id="$(. /etc/os-release 2>/dev/null && echo "${ID:-}")"
+    version_id="$(. /etc/os-release 2>/dev/null && echo "${VERSION_ID:-0}")"
+    if [ "$id" != debian ] || [ "${version_id%%.*}" -lt 12 ] 2>/dev/null; then
+        die "needs Debian 12 (bookworm) or newer; this is ${id:-unknown} ${version_id:-}"
+    fi
+    local need have
+    need="$(awk -F'"' '/^rust-version/ {print $2; exit}' "$REPO_ROOT/Cargo.toml")"
+    command -v cargo >/dev/null 2>&1 && command -v rustc >/dev/null 2>&1 ||
+        die "needs a Rust toolchain (cargo and rustc $need or newer) on PATH: install it with rustup (https://rustup.rs), then open a new shell or run: . \$HOME/.cargo/env"
+    have="$(rustc --version | awk '{print $2}')"
+    if ! printf '%s\n%s\n' "$need" "$have" | sort -V -C; then
+        die "rustc $have is older than the $need this crate needs: rustup update stable"
+    fi
+}

@@ -17,7 +17,7 @@
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
-require_root
+check_prerequisites
 LEGS="${CRILET_TEST_LEGS:-2.1 1.6}"
 # The tests that must pass on the relist leg too.
 RELIST_TESTS=(--test lifecycle --test probes --test status --test termination --test runtime_restart
