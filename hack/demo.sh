@@ -7,7 +7,8 @@
 # then starts
 #   target/release/crilet run ... --control-socket /run/crilet-dev/crilet.sock
 # in the background (pid /run/crilet-dev/crilet.pid, log /var/lib/crilet-dev/logs/crilet.log)
-# and waits up to 120 s until `crilet get pods` shows every pod Running.
+# and waits up to 120 s until `crilet get pods` shows every pod Running and Ready (else it says
+# which pod is not, and why).
 # Then: edit files in the manifest dir to see updates; stop everything with hack/teardown.sh.
 # Env: CRILET_BIN=path uses that binary and skips the build; DEMO_TIMEOUT=seconds (120).
 set -euo pipefail
@@ -87,15 +88,16 @@ start_daemon "$CRILET_PIDFILE" "$CRILET_LOG" "$BIN" run "${CRILET_FLAGS[@]}"
 PID="$(cat "$CRILET_PIDFILE")"
 log "crilet started (pid $PID), log $CRILET_LOG"
 
-get_pods() { "$BIN" get pods --control-socket "$CRILET_SOCK"; }
+get_pods() { "$BIN" get pods -A --control-socket "$CRILET_SOCK"; }
 
-# all_running TABLE — every pod row (after the NAME READY STATUS ... header) says Running,
-# and all expected pods are listed.
-all_running() {
+# not_ready TABLE — the "namespace/name" of every pod row (after the NAMESPACE NAME READY
+# STATUS ... header) that is not Running with all its containers ready; "(missing pods)" while
+# fewer than the expected pods are listed. Empty output: all ready.
+not_ready() {
     awk -v want="$EXPECTED" '
-        NR == 1 { for (i = 1; i <= NF; i++) if ($i == "STATUS") col = i; next }
-        NF > 0  { rows++; if (col && $col == "Running") ok++ }
-        END     { exit !(col && rows >= want && ok == rows) }' <<<"$1"
+        NR == 1 { for (i = 1; i <= NF; i++) { if ($i == "STATUS") st = i; if ($i == "READY") rd = i }; next }
+        NF > 0  { rows++; split($rd, r, "/"); if ($st != "Running" || r[1] != r[2]) print $1 "/" $2 }
+        END     { if (rows < want) print "(missing pods)" }' <<<"$1"
 }
 
 deadline=$((SECONDS + TIMEOUT))
@@ -106,20 +108,27 @@ while :; do
         die "crilet exited; see $CRILET_LOG"
     fi
     table="$(get_pods 2>/dev/null || true)"
-    if [ -n "$table" ] && all_running "$table"; then break; fi
+    if [ -n "$table" ] && [ -z "$(not_ready "$table")" ]; then break; fi
     if [ "$SECONDS" -ge "$deadline" ]; then
         printf '%s\n' "$table"
-        tail -n 30 "$CRILET_LOG" >&2 || true
-        die "not every pod is Running after ${TIMEOUT}s (crilet left running; hack/teardown.sh stops it)"
+        for pod in $(not_ready "$table"); do
+            [ "$pod" = "(missing" ] || [ "$pod" = "pods)" ] && continue
+            warn "$pod is not ready; its conditions, container states and events:"
+            "$BIN" describe pod "${pod#*/}" -n "${pod%%/*}" --control-socket "$CRILET_SOCK" |
+                sed -n '/^Conditions:/,$p' >&2 || true
+        done
+        die "not every pod is Ready after ${TIMEOUT}s: $(not_ready "$table" | tr '\n' ' ')(crilet left running; hack/teardown.sh stops it)"
     fi
     sleep 1
 done
 
 printf '\n%s\n\n' "$table"
 cat <<EOF
-crilet is running the demo pods (pid $PID).
-  pods:      $BIN get pods -o wide --control-socket $CRILET_SOCK
-  logs:      $BIN logs sidecar-demo -c log-shipper --control-socket $CRILET_SOCK
+crilet is running the demo pods (pid $PID), every one Ready.
+To talk to this agent without repeating --control-socket:
+  export CRILET_CONTROL_SOCKET=$CRILET_SOCK
+  pods:      $BIN get pods -A -o wide
+  logs:      $BIN logs sidecar-demo -c log-shipper
   manifests: $DEMO_MANIFESTS (edit web.yaml's image to $CRILET_IMAGE_WEB_V2 for an in-place update)
   agent log: $CRILET_LOG
 Stop everything (agent, pods, containerd, registry): hack/teardown.sh

@@ -56,7 +56,12 @@ pub enum ApiError {
         #[source]
         source: tonic::transport::Error,
     },
-    #[error("cannot connect to the control socket {} (is the agent running? start it with `crilet run`)", .path.display())]
+    #[error(
+        "cannot connect to the agent's control socket {}: is `crilet run` running and listening \
+         there? Point elsewhere with --control-socket PATH, CRILET_CONTROL_SOCKET=PATH or \
+         --config FILE",
+        .path.display()
+    )]
     Connect {
         path: PathBuf,
         #[source]

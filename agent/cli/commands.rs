@@ -40,7 +40,7 @@ pub(super) async fn get(a: GetArgs) -> anyhow::Result<()> {
     if a.all_namespaces && a.name.is_some() {
         bail!("a resource cannot be retrieved by name across all namespaces");
     }
-    let mut client = crate::api::connect(&a.socket.control_socket).await?;
+    let mut client = crate::api::connect(&a.socket.path()?).await?;
     let (pods_json, runtime): (Vec<String>, _) = match &a.name {
         Some(name) => {
             let (_, response) = get_pod(&mut client, &a.namespace, name).await?;
@@ -90,7 +90,7 @@ pub(super) async fn get(a: GetArgs) -> anyhow::Result<()> {
 
 pub(super) async fn describe(a: DescribeArgs) -> anyhow::Result<()> {
     check_resource(&a.resource)?;
-    let mut client = crate::api::connect(&a.socket.control_socket).await?;
+    let mut client = crate::api::connect(&a.socket.path()?).await?;
     let names = match &a.name {
         Some(name) => vec![name.clone()],
         None => {
@@ -152,7 +152,7 @@ pub(super) async fn version(a: VersionArgs) -> anyhow::Result<()> {
     }
     // Like kubectl: the client version even when the server cannot be reached, then the error.
     let server = async {
-        let mut client = crate::api::connect(&a.socket.control_socket).await?;
+        let mut client = crate::api::connect(&a.socket.path()?).await?;
         call(client.version(VersionRequest {}).await, "version").map(|r| r.into_inner())
     }
     .await;
@@ -169,7 +169,7 @@ pub(super) async fn set_condition(a: SetConditionArgs) -> anyhow::Result<()> {
         reason: a.reason.clone(),
         message: a.message.clone(),
     };
-    let mut client = crate::api::connect(&a.socket.control_socket).await?;
+    let mut client = crate::api::connect(&a.socket.path()?).await?;
     call(client.set_condition(request).await, "set condition")?;
     match a.remove {
         true => print(&format!("pod/{} condition {} removed\n", a.pod, a.condition_type)),

@@ -114,7 +114,7 @@ pub(super) async fn run(args: EventsArgs) -> anyhow::Result<()> {
         watch,
     };
     let wanted = |e: &EventView| args.all_namespaces || e.namespace == args.namespace;
-    let mut client = crate::api::connect(&args.socket.control_socket).await?;
+    let mut client = crate::api::connect(&args.socket.path()?).await?;
 
     // Like kubectl: list (sorted, aligned as one table), then watch from there on.
     let mut stream = call(client.list_events(request(false)).await, "list events")?.into_inner();

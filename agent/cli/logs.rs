@@ -276,7 +276,7 @@ pub(super) async fn run(args: LogsArgs) -> anyhow::Result<()> {
 }
 
 async fn logs(args: LogsArgs) -> anyhow::Result<()> {
-    let mut client = crate::api::connect(&args.socket.control_socket).await?;
+    let mut client = crate::api::connect(&args.socket.path()?).await?;
     let (pod, _) = get_pod(&mut client, &args.namespace, &args.pod).await?;
     let (name, notices) =
         pick_container(&pod, args.container.as_deref()).map_err(ServerError::bad_request)?;

@@ -50,9 +50,43 @@ pub enum CliCommand {
 /// Where the agent listens.
 #[derive(clap::Args, Debug, Clone)]
 pub struct SocketArg {
-    /// The agent's control socket.
-    #[arg(long = "control-socket", env = "CRILET_CONTROL_SOCKET", default_value = DEFAULT_CONTROL_SOCKET)]
-    pub control_socket: PathBuf,
+    /// The agent's control socket [default: the `control-socket` of --config, else
+    /// /run/crilet/crilet.sock]
+    #[arg(long = "control-socket", env = "CRILET_CONTROL_SOCKET")]
+    pub control_socket: Option<PathBuf>,
+    /// The agent's config file (`crilet run --config`): its `control-socket` is used when
+    /// neither --control-socket nor CRILET_CONTROL_SOCKET is given.
+    #[arg(long = "config")]
+    pub config: Option<PathBuf>,
+}
+
+impl SocketArg {
+    /// The socket to dial: --control-socket, then CRILET_CONTROL_SOCKET (clap reads both into
+    /// one field, the flag first), then the config file's `control-socket`, then the default.
+    pub fn path(&self) -> anyhow::Result<PathBuf> {
+        if let Some(p) = &self.control_socket {
+            return Ok(p.clone());
+        }
+        let Some(config) = &self.config else { return Ok(PathBuf::from(DEFAULT_CONTROL_SOCKET)) };
+        let text = std::fs::read_to_string(config)
+            .map_err(|e| anyhow::anyhow!("reading config {}: {e}", config.display()))?;
+        Ok(socket_from_config(&text)
+            .map_err(|e| anyhow::anyhow!("config {}: {e}", config.display()))?
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_CONTROL_SOCKET)))
+    }
+}
+
+/// The `control-socket` setting of a `crilet run --config` file, if it has one.
+pub fn socket_from_config(text: &str) -> Result<Option<PathBuf>, String> {
+    #[derive(serde::Deserialize)]
+    struct Config {
+        #[serde(rename = "control-socket")]
+        control_socket: Option<PathBuf>,
+    }
+    if text.trim().is_empty() {
+        return Ok(None);
+    }
+    serde_yaml_ng::from_str::<Config>(text).map(|c| c.control_socket).map_err(|e| e.to_string())
 }
 
 /// `-o` for `get`.

@@ -172,3 +172,30 @@ fn runtime_warning_cases() {
         )
     );
 }
+
+#[test]
+fn control_socket_lookup_order() {
+    use std::path::PathBuf;
+
+    use crate::cli::{DEFAULT_CONTROL_SOCKET, SocketArg, socket_from_config};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("crilet.yaml");
+    std::fs::write(&config, "pod-manifest-path: /etc/m\ncontrol-socket: /run/x/from-config.sock\n")
+        .expect("config");
+    let arg = |flag: Option<&str>, config: Option<&std::path::Path>| SocketArg {
+        control_socket: flag.map(PathBuf::from),
+        config: config.map(std::path::Path::to_path_buf),
+    };
+    // (name, flag or env, config file, want)
+    let cases = [
+        ("flag or env wins", arg(Some("/run/a.sock"), Some(&config)), "/run/a.sock"),
+        ("then the config file", arg(None, Some(&config)), "/run/x/from-config.sock"),
+        ("then the default", arg(None, None), DEFAULT_CONTROL_SOCKET),
+    ];
+    for (name, a, want) in cases {
+        assert_eq!(a.path().expect(name), PathBuf::from(want), "{name}");
+    }
+    assert_eq!(socket_from_config("root-dir: /x\n"), Ok(None));
+    assert!(socket_from_config("control-socket: [1, 2]").is_err());
+    assert!(arg(None, Some(&dir.path().join("missing.yaml"))).path().is_err());
+}
