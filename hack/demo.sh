@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # hack/demo.sh — see crilet run the example pods on a private containerd, in one command.
 #
-# Usage: hack/demo.sh            (as root; rerunnable: a crilet it started before is replaced)
+# Usage: hack/demo.sh [-v]       (as root; rerunnable: a crilet it started before is replaced)
+# Quiet by default: apt and cargo output go to /var/lib/crilet-dev/logs/setup.log; -v shows it.
 # Runs hack/setup.sh, `cargo build --release`, renders examples/*.yaml (image placeholders
 # filled in) into /var/lib/crilet-dev/demo-manifests, runs `crilet preflight` (stops on a FAIL),
 # then starts
@@ -15,6 +16,12 @@ set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
 check_prerequisites
+for arg in "$@"; do
+    case "$arg" in
+        -v | --verbose) CRILET_VERBOSE=1; export CRILET_VERBOSE ;;
+        *) die "unknown argument: $arg (usage: $0 [-v])" ;;
+    esac
+done
 TIMEOUT="${DEMO_TIMEOUT:-120}"
 # A failed step leaves what setup started (containerd, the registry, maybe crilet) running on
 # purpose, so it can be looked at; say how to stop it.
@@ -30,7 +37,7 @@ if [ -n "${CRILET_BIN:-}" ]; then
     BIN="$CRILET_BIN"
 else
     log "building crilet (release)"
-    (cd "$REPO_ROOT" && cargo build --release)
+    (cd "$REPO_ROOT" && quietly cargo build --release)
     BIN="${CARGO_TARGET_DIR:-$REPO_ROOT/target}/release/crilet"
 fi
 [ -x "$BIN" ] || die "no crilet binary at $BIN"

@@ -102,6 +102,27 @@ CRILET_ROOT_DIR="$CRILET_DEV/agent"
 CRILET_POD_LOGS_DIR="$CRILET_DEV/pod-logs"
 DEMO_MANIFESTS="$CRILET_DEV/demo-manifests"
 
+# Quiet by default: noisy tools (apt, cargo) write to $VERBOSE_LOG; CRILET_VERBOSE=1 (or -v
+# to demo.sh/setup.sh) shows everything.
+VERBOSE_LOG="$LOG_DIR/setup.log"
+CRILET_VERBOSE="${CRILET_VERBOSE:-0}"
+
+# quietly CMD... — run CMD with its output in $VERBOSE_LOG (shown as it comes with
+# CRILET_VERBOSE=1); on failure, show the end of it.
+quietly() {
+    if [ "$CRILET_VERBOSE" = 1 ]; then
+        "$@"
+        return
+    fi
+    mkdir -p "$(dirname "$VERBOSE_LOG")"
+    printf '\n[%s] $ %s\n' "$(date +%H:%M:%S)" "$*" >>"$VERBOSE_LOG"
+    if ! "$@" >>"$VERBOSE_LOG" 2>&1; then
+        tail -n 25 "$VERBOSE_LOG" >&2
+        printf '[hack] ERROR: %s failed; full output in %s\n' "$1" "$VERBOSE_LOG" >&2
+        return 1
+    fi
+}
+
 # ----------------------------------------------------------------------------------------
 log() { printf '[hack %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 warn() { printf '[hack %s] WARNING: %s\n' "$(date +%H:%M:%S)" "$*" >&2; }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # hack/setup.sh — bring up crilet's test environment on this machine (idempotent).
 #
-# Usage: [CRILET_RUNTIME=2.1|1.6] hack/setup.sh   (as root; rerun at will, also after a half-done run)
+# Usage: [CRILET_RUNTIME=2.1|1.6] hack/setup.sh [-v]  (as root; rerun at will, also after a half-done run)
+# Quiet by default (one line per step; apt output in /var/lib/crilet-dev/logs/setup.log); -v shows all.
 # CRILET_RUNTIME picks the containerd (lib.sh): 2.1, the default, is Debian sid's 2.x in a
 # private prefix; 1.6 is bookworm's package. Asking for the other one than the environment
 # runs tears that one down first.
@@ -17,6 +18,12 @@ set -euo pipefail
 
 T0=$SECONDS
 require_root
+for arg in "$@"; do
+    case "$arg" in
+        -v | --verbose) CRILET_VERBOSE=1; export CRILET_VERBOSE ;;
+        *) die "unknown argument: $arg (usage: $0 [-v])" ;;
+    esac
+done
 
 # ------------------------------------------------------------------------------------------
 # Packages
@@ -43,8 +50,8 @@ install_packages() {
         own_policy=1
         trap 'rm -f /usr/sbin/policy-rc.d' EXIT
     fi
-    apt-get update -q
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}"
+    quietly apt-get update -q
+    DEBIAN_FRONTEND=noninteractive quietly apt-get install -y -q "${missing[@]}"
     if [ "$own_policy" = 1 ]; then rm -f "$policy"; trap - EXIT; fi
 }
 
