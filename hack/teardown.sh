@@ -198,16 +198,49 @@ remove_owned() {
     fi
 }
 
+# Shims of our containerd that outlived their containers (a containerd killed while it deleted
+# a task leaves its shim waiting for a delete that never comes). Ours: their -address is our
+# private socket. When every container of ours is gone from containerd (ALL_GONE=1), what
+# still runs under such a shim is a container that never started (a `runc init` stuck since
+# its containerd was killed mid-create) and is killed with it; otherwise it is left alone.
+stop_leftover_shims() {
+    local all_gone="$1" d pid cmd kids
+    for d in /proc/[0-9]*; do
+        pid="${d#/proc/}"
+        cmd="$(pid_cmdline "$pid")"
+        case "$cmd" in
+            *containerd-shim*"-address $CONTAINERD_SOCK "* | *containerd-shim*"-address $CONTAINERD_SOCK") ;;
+            *) continue ;;
+        esac
+        kids="$(ps -o pid= --ppid "$pid" 2>/dev/null | tr -d ' ' | tr '\n' ' ')"
+        if [ -n "$kids" ]; then
+            if [ "$all_gone" != 1 ]; then
+                warn "shim $pid still runs a container; left alone"
+                continue
+            fi
+            log "killing leftovers of a deleted container under shim $pid: $kids"
+            # shellcheck disable=SC2086  # one PID per word
+            kill -KILL $kids 2>/dev/null || true
+        fi
+        kill -TERM "$pid" 2>/dev/null || true
+        wait_for 5 "shim $pid to exit" test ! -d "/proc/$pid" || kill -KILL "$pid" 2>/dev/null || true
+    done
+    # Their sockets (nobody listens on them any more); the directory itself goes when empty.
+    remove_stale_sockets_in /run/containerd/s
+}
+
 # Sockets left under our run directory by processes that are gone (an agent killed with
 # SIGKILL cannot remove its control socket). A socket something still listens on stays.
-remove_stale_sockets() {
+remove_stale_sockets() { remove_stale_sockets_in "$CRILET_RUN"; }
+
+remove_stale_sockets_in() {
     local sock listening
     listening="$(ss -xlnH 2>/dev/null | awk '{print $5}')"
     while read -r sock; do
         [ -n "$sock" ] || continue
         grep -qxF "$sock" <<<"$listening" && continue
         rm -f "$sock"
-    done < <(find "$CRILET_RUN" -type s 2>/dev/null)
+    done < <(find "$1" -type s 2>/dev/null)
 }
 
 remove_network() {
@@ -243,6 +276,7 @@ if [ -z "$remaining" ] && [ -d "$CNI_IPAM_DIR" ]; then
 fi
 remove_network
 bash "$HACK_DIR/containerd.sh" stop
+stop_leftover_shims "$([ -z "$remaining" ] && echo 1 || echo 0)"
 # containerd hard-codes its shims' socket directory (/run/containerd/s); once our shims are
 # gone it is empty, and an empty directory is ours to remove (rmdir never removes anything of
 # a system containerd's).
