@@ -240,17 +240,20 @@ async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
     tokio::spawn(crilet::pod::cgroups::sweep_periodically(cri.clone(), cancel.clone()));
     tokio::spawn(pleg::follow_events(cri.clone(), wakers.clone(), pleg_state, cancel.clone()));
 
-    let initial = source::load_dir(&s.manifest_dir, &s.node_name, &source::ManifestSet::default());
-    info!(dir = %s.manifest_dir.display(), pods = initial.pods.len(), "manifests loaded");
-    let mut sup = Supervisor::new(ctx, wakers, cancel.clone());
-    sup.apply(&initial);
-    sup.reap_orphans(&initial, &s.manifest_dir).await;
+    // The first scan runs on a thread of its own, never on a runtime worker, and waits a bounded
+    // time for each file: a bad file is reported and never holds up the others.
     let manifests = source::watch_dir(
         s.manifest_dir.clone(),
         s.node_name.clone(),
         Duration::from_secs(20),
         cancel.clone(),
     );
+    let Some(manifests) = manifests.await else { return Ok(()) };
+    let initial = manifests.borrow().clone();
+    info!(dir = %s.manifest_dir.display(), pods = initial.pods.len(), problems = initial.problems.len(), "manifests loaded");
+    let mut sup = Supervisor::new(ctx, wakers, cancel.clone());
+    sup.apply(&initial);
+    sup.reap_orphans(&initial, &s.manifest_dir).await;
     sup.wait_first_syncs(Duration::from_secs(60)).await;
     // Type=notify: ready once the first sync of every pod is done.
     let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]);

@@ -174,8 +174,10 @@ async fn malformed_manifest_beside_a_good_one() {
     let pods = a.pods().expect("pods");
     assert_eq!(pods.len(), 1, "only the good pod runs");
     // The agent says what is wrong, naming file and field.
+    // The whole log: the errors are reported once, when the files are first read.
+    let whole_log = || std::fs::read_to_string(&a.log_file).unwrap_or_default();
     let log = wait_for("errors reported", Duration::from_secs(10), || async {
-        let l = a.log();
+        let l = whole_log();
         (l.contains("bad.yaml") && l.contains("broken.yaml")).then_some(l)
     })
     .await;
@@ -187,7 +189,7 @@ async fn malformed_manifest_beside_a_good_one() {
         "apiVersion: v1\nkind: Pod\nmetadata: {name: two, namespace: t-malformed}\nspec: {containers: []}\n",
     );
     wait_for("the bad edit reported", Duration::from_secs(10), || async {
-        a.log().contains("spec.containers").then_some(())
+        whole_log().contains("spec.containers").then_some(())
     })
     .await;
     tokio::time::sleep(Duration::from_secs(3)).await;

@@ -6,22 +6,25 @@
 //! no problem). A directory or file writable by group or others is refused (static pods run as
 //! root): a refused directory keeps every previous pod, a refused file is treated as a bad file.
 //! When a file has errors, the pods it gave before and no longer gives are kept unchanged, so a
-//! bad edit never disturbs a running pod. A missing directory is an empty set.
+//! bad edit never disturbs a running pod. A missing directory is an empty set. Entries with a
+//! manifest's name that are not regular files (a directory, FIFO, device, a symlink leading out
+//! of the directory) are reported as errors, never opened for reading. Reading one file is
+//! `read`; parsing runs in `pool`, one thread per changed file, bounded in time.
 
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::fs;
-use std::io::Read;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use tracing::debug;
 
-use super::{ManifestProblem, ManifestSet, ProblemKind, parse_manifest};
+use super::limits::PARSE_DEADLINE;
+use super::pool::{Parsed, Parser};
+use super::read::{self, Entry};
+use super::{ManifestProblem, ManifestSet, ProblemKind};
 use crate::model::{DesiredPod, PodKey};
-
-/// Largest manifest file read; anything bigger is surely not a pod.
-const MAX_FILE_BYTES: u64 = 4 * 1024 * 1024;
 
 /// Suffixes of editor swap/backup and package-manager files (checked case-insensitively).
 const LEFTOVER_SUFFIXES: &[&str] = &[
@@ -53,7 +56,21 @@ const LEFTOVER_SUFFIXES: &[&str] = &[
 /// from that file in `previous` and are not among the file's new valid documents are kept
 /// unchanged (a bad edit never disturbs a running pod). A refused or unreadable directory keeps
 /// all of `previous.pods`.
+///
+/// Blocking: reads files and waits for their parses (each on its own thread, each bounded by
+/// [`PARSE_DEADLINE`](super::limits::PARSE_DEADLINE)); call it from a blocking context.
 pub fn load_dir(dir: &Path, node_name: &str, previous: &ManifestSet) -> ManifestSet {
+    load_dir_with(&Parser::new(node_name), dir, previous, PARSE_DEADLINE)
+}
+
+/// [`load_dir`] with a parser that remembers earlier parses, waiting at most `wait` for parses
+/// still running (files still being parsed then count as broken; see `pool`).
+pub(crate) fn load_dir_with(
+    parser: &Parser,
+    dir: &Path,
+    previous: &ManifestSet,
+    wait: Duration,
+) -> ManifestSet {
     let refuse = |reason: String| ManifestSet {
         pods: previous.pods.clone(),
         problems: vec![ManifestProblem::file(ProblemKind::Error, dir, reason)],
@@ -82,10 +99,36 @@ pub fn load_dir(dir: &Path, node_name: &str, previous: &ManifestSet) -> Manifest
         Err(e) => return refuse(format!("cannot list the manifest directory: {e}")),
     };
 
+    // Read every file first (cheap and bounded), then parse the texts in parallel.
+    let canonical_dir = read::canonical(dir);
+    let mut outcomes: BTreeMap<PathBuf, Parsed> = BTreeMap::new();
+    let mut texts = Vec::new();
+    for file in files {
+        let refused =
+            |reason: String| (Vec::new(), vec![ManifestProblem::file(ProblemKind::Error, &file, reason)]);
+        match read::classify(&file, canonical_dir.as_deref()) {
+            Entry::Gone => {}
+            Entry::Refused(reason) => {
+                outcomes.insert(file.clone(), refused(reason));
+            }
+            Entry::File(target) => match read::read_manifest(&file) {
+                Ok(Some(text)) => texts.push((file, text)),
+                Ok(None) => {}
+                Err(reason) => {
+                    let reason = match target {
+                        Some(target) => format!("symlink to {}: {reason}", target.display()),
+                        None => reason,
+                    };
+                    outcomes.insert(file.clone(), refused(reason));
+                }
+            },
+        }
+    }
+    outcomes.extend(parser.parse_all(texts, wait));
+
     let mut candidates: Vec<DesiredPod> = Vec::new();
     let mut problems = Vec::new();
-    for file in files {
-        let (pods, file_problems) = load_file(&file, node_name);
+    for (file, (pods, file_problems)) in outcomes {
         if file_problems.iter().any(|p| p.kind == ProblemKind::Error) {
             let kept =
                 previous.pods.values().filter(|p| p.file == file && !pods.iter().any(|n| n.key == p.key));
@@ -102,7 +145,8 @@ pub fn load_dir(dir: &Path, node_name: &str, previous: &ManifestSet) -> Manifest
     ManifestSet { pods, problems }
 }
 
-/// The manifest files in `dir`, sorted by name. Skipped entries are logged at debug level.
+/// The entries of `dir` with a manifest's name, sorted by name (whatever their type: `load_dir`
+/// reports those that are not regular files). Skipped names are logged at debug level.
 fn manifest_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     let mut files = Vec::new();
     for entry in fs::read_dir(dir)? {
@@ -112,13 +156,7 @@ fn manifest_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
             debug!(file = ?name, why, "not a manifest");
             continue;
         }
-        let path = entry.path();
-        match fs::metadata(&path) {
-            Ok(meta) if meta.is_file() => files.push(path),
-            Ok(_) => debug!(file = %path.display(), "not a regular file; not a manifest"),
-            // A dangling symlink or a file removed meanwhile: nothing to run from it.
-            Err(e) => debug!(file = %path.display(), error = %e, "cannot stat; skipped"),
-        }
+        files.push(entry.path());
     }
     files.sort();
     Ok(files)
@@ -142,47 +180,6 @@ pub(super) fn manifest_name(name: &OsStr) -> Result<(), &'static str> {
         return Err("not a .yaml, .yml or .json file");
     }
     Ok(())
-}
-
-/// One file: permission and size checks, then [`parse_manifest`].
-fn load_file(file: &Path, node_name: &str) -> (Vec<DesiredPod>, Vec<ManifestProblem>) {
-    let error = |reason: String| (Vec::new(), vec![ManifestProblem::file(ProblemKind::Error, file, reason)]);
-    let content = match read_manifest(file) {
-        Ok(content) => content,
-        Err(reason) => return error(reason),
-    };
-    parse_manifest(file, &content, node_name)
-}
-
-fn read_manifest(file: &Path) -> Result<String, String> {
-    // Non-blocking, so a FIFO swapped in after the directory listing cannot hang the scan.
-    let mut handle = fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
-        .open(file)
-        .map_err(|e| format!("cannot open: {e}"))?;
-    // Checked on the opened file, so a swap between the check and the read cannot slip by.
-    let meta = handle.metadata().map_err(|e| format!("cannot stat: {e}"))?;
-    if !meta.is_file() {
-        return Err("not a regular file".to_string());
-    }
-    let mode = meta.permissions().mode();
-    if mode & 0o022 != 0 {
-        return Err(format!("file is writable by group or others (mode {:04o}); refusing it", mode & 0o7777));
-    }
-    if meta.len() > MAX_FILE_BYTES {
-        return Err(format!("file is larger than {MAX_FILE_BYTES} bytes; refusing it"));
-    }
-    let mut bytes = Vec::new();
-    handle
-        .by_ref()
-        .take(MAX_FILE_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| format!("cannot read: {e}"))?;
-    if bytes.len() as u64 > MAX_FILE_BYTES {
-        return Err(format!("file is larger than {MAX_FILE_BYTES} bytes; refusing it"));
-    }
-    String::from_utf8(bytes).map_err(|e| format!("not UTF-8 text: {e}"))
 }
 
 /// Picks one document per pod key: the one from the file that sorts first by path, then the

@@ -10,6 +10,12 @@
 //! What happens to pods when the set changes (start, in-place update, termination) belongs to
 //! the pod workers.
 //!
+//! Hostile input is bounded (issue 9): [`limits`] holds every bound. `read` reads one file
+//! (entry type, permissions, at most 1 MiB, UTF-8, changed while read), `scan` checks the text's
+//! nesting and size before any parser sees it, `value` builds each document within a budget
+//! (alias bombs), and `pool` parses each changed file on its own thread with a deadline and
+//! remembers outcomes by content, so one bad file never delays or hides the others.
+//!
 //! Layout: `dir` reads the directory once ([`load_dir`]), `parse` turns one file's text into
 //! pods ([`parse_manifest`]), `allow` is the field allow-list, `defaults` and `validate` /
 //! `validate_container` do what the API server does, `names` and `quantity` are the value
@@ -24,12 +30,17 @@ use crate::model::{DesiredPod, PodKey};
 mod allow;
 mod defaults;
 mod dir;
+pub mod limits;
 mod names;
 mod parse;
+mod pool;
 pub mod quantity;
+mod read;
+mod scan;
 mod uid;
 mod validate;
 mod validate_container;
+mod value;
 mod watch;
 
 #[cfg(test)]

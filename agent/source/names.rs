@@ -1,6 +1,9 @@
 //! The name syntaxes the API server enforces (apimachinery `validation` package): DNS-1123
 //! labels and subdomains, IANA service names, qualified names and label values, environment
-//! variable names, sysctl names and HTTP header names. Each check returns the reason it failed.
+//! variable names, sysctl names and HTTP header names. Each check returns the reason it failed
+//! (quoting the value, cut to a readable length).
+
+use super::limits::quoted;
 
 /// Why a value is not a DNS-1123 label, or `None` if it is one.
 pub(super) fn dns1123_label(s: &str) -> Option<String> {
@@ -9,8 +12,9 @@ pub(super) fn dns1123_label(s: &str) -> Option<String> {
     }
     if s.len() > 63 || !label_chars(s) {
         return Some(format!(
-            "{s:?} must be a DNS-1123 label: at most 63 lowercase letters, digits or '-', \
-             starting and ending with a letter or digit"
+            "{} must be a DNS-1123 label: at most 63 lowercase letters, digits or '-', \
+             starting and ending with a letter or digit",
+            quoted(s)
         ));
     }
     None
@@ -23,8 +27,9 @@ pub(super) fn dns1123_subdomain(s: &str) -> Option<String> {
     }
     if s.len() > 253 || !s.split('.').all(label_chars) {
         return Some(format!(
-            "{s:?} must be a DNS-1123 subdomain: at most 253 lowercase letters, digits, '-' or '.', \
-             each '.'-separated part starting and ending with a letter or digit"
+            "{} must be a DNS-1123 subdomain: at most 253 lowercase letters, digits, '-' or '.', \
+             each '.'-separated part starting and ending with a letter or digit",
+            quoted(s)
         ));
     }
     None
@@ -50,8 +55,9 @@ pub(super) fn iana_svc_name(s: &str) -> Option<String> {
         && !s.contains("--");
     (!ok).then(|| {
         format!(
-            "{s:?} must be an IANA service name: at most 15 lowercase letters, digits or '-', \
-             with at least one letter and no leading, trailing or doubled '-'"
+            "{} must be an IANA service name: at most 15 lowercase letters, digits or '-', \
+             with at least one letter and no leading, trailing or doubled '-'",
+            quoted(s)
         )
     })
 }
@@ -70,8 +76,9 @@ pub(super) fn qualified_name(s: &str) -> Option<String> {
     }
     if name.is_empty() || name.len() > 63 || !name_chars(name) {
         return Some(format!(
-            "{s:?} must be a qualified name: an optional DNS subdomain prefix and '/', then at most \
-             63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit"
+            "{} must be a qualified name: an optional DNS subdomain prefix and '/', then at most \
+             63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit",
+            quoted(s)
         ));
     }
     None
@@ -84,8 +91,9 @@ pub(super) fn label_value(s: &str) -> Option<String> {
     }
     (s.len() > 63 || !name_chars(s)).then(|| {
         format!(
-            "{s:?} must be a label value: at most 63 letters, digits, '-', '_' or '.', starting \
-             and ending with a letter or digit"
+            "{} must be a label value: at most 63 letters, digits, '-', '_' or '.', starting \
+             and ending with a letter or digit",
+            quoted(s)
         )
     })
 }
@@ -111,7 +119,8 @@ pub(super) fn env_var_name(s: &str) -> Option<String> {
     }
     (!s.bytes().all(|c| (b' '..=b'~').contains(&c) && c != b'=')).then(|| {
         format!(
-            "{s:?} is not a valid environment variable name: use printable ASCII characters other than '='"
+            "{} is not a valid environment variable name: use printable ASCII characters other than '='",
+            quoted(s)
         )
     })
 }
@@ -129,12 +138,12 @@ pub(super) fn sysctl_name(s: &str) -> Option<String> {
         }
     };
     let ok = !s.is_empty() && s.len() <= 253 && s.split(['.', '/']).all(segment_ok);
-    (!ok).then(|| format!("{s:?} is not a valid sysctl name (like net.ipv4.ip_forward)"))
+    (!ok).then(|| format!("{} is not a valid sysctl name (like net.ipv4.ip_forward)", quoted(s)))
 }
 
 /// Why a value is not an HTTP header field name (an RFC 7230 token), or `None`.
 pub(super) fn http_header_name(s: &str) -> Option<String> {
     let token = |c: u8| c.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&c);
     let ok = !s.is_empty() && s.bytes().all(token);
-    (!ok).then(|| format!("{s:?} is not a valid HTTP header name"))
+    (!ok).then(|| format!("{} is not a valid HTTP header name", quoted(s)))
 }

@@ -1,18 +1,24 @@
 //! One manifest file's text → defaulted, validated pods, without touching the filesystem.
 //!
-//! Per document: YAML (or JSON) → `serde_json::Value` → `apiVersion`/`kind` check → the field
-//! allow-list on the raw value → the typed `Pod` (type errors carry their field path) → API
-//! defaults → validation → the kubelet's own fields (node name, UID, `kubernetes.io/config.*`).
-//! A bad document is reported and skipped; the others are unaffected.
+//! First the whole text is checked against the bounds (`scan`: control characters, nesting
+//! depth, token count) before any parser sees it. Then per document: YAML (or JSON) →
+//! `serde_json::Value` within the file's budget (`value`: depth, values and bytes after alias
+//! expansion, duplicate keys) → `apiVersion`/`kind` check → the field allow-list on the raw value
+//! → the typed `Pod` (type errors carry their field path) → API defaults → validation → the
+//! kubelet's own fields (node name, UID, `kubernetes.io/config.*`). A bad document is reported
+//! and skipped; the others are unaffected. A file reports at most
+//! [`MAX_PROBLEMS_PER_FILE`] problems, plus one line counting the rest.
 
 use std::path::Path;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
-use serde::Deserialize;
+use serde::de::IgnoredAny;
 use serde_json::Value;
 
-use super::{Findings, ManifestProblem, ProblemKind, allow, defaults, pod_uid, validate};
+use super::limits::{MAX_PROBLEMS_PER_FILE, MAX_QUOTED, MAX_REASON, cut, quoted};
+use super::value::{Budget, Failure};
+use super::{Findings, ManifestProblem, ProblemKind, allow, defaults, pod_uid, scan, validate};
 use crate::model::{DesiredPod, PodKey, keys};
 
 /// Parses one file's bytes into defaulted, validated pods (pure; unit-testable without a
@@ -29,8 +35,8 @@ pub fn parse_manifest(
     for (doc, value) in documents(file, content) {
         let value = match value {
             Ok(value) => value,
-            Err(reason) => {
-                problems.push(ManifestProblem::doc(ProblemKind::Error, file, doc, None, reason));
+            Err(DocError { field, reason }) => {
+                problems.push(ManifestProblem::doc(ProblemKind::Error, file, doc, field, reason));
                 continue;
             }
         };
@@ -66,21 +72,99 @@ pub fn parse_manifest(
         let warnings = findings.warnings.iter().map(|w| w.line()).collect();
         pods.push(DesiredPod { key, uid, pod: Arc::new(pod), file: file.to_path_buf(), doc, warnings });
     }
-    (pods, problems)
+    (pods, capped(file, problems))
+}
+
+/// At most [`MAX_PROBLEMS_PER_FILE`] problems of at most [`MAX_REASON`] characters, then one
+/// line saying how many more there are (an error if any of those is one), so a file cannot flood
+/// the log.
+fn capped(file: &Path, mut problems: Vec<ManifestProblem>) -> Vec<ManifestProblem> {
+    for p in &mut problems {
+        if p.reason.len() > MAX_REASON {
+            p.reason = cut(&p.reason, MAX_REASON);
+        }
+        if let Some(field) = p.field.as_mut().filter(|f| f.len() > MAX_REASON) {
+            *field = cut(field, MAX_REASON);
+        }
+    }
+    if problems.len() <= MAX_PROBLEMS_PER_FILE {
+        return problems;
+    }
+    let rest = problems.split_off(MAX_PROBLEMS_PER_FILE);
+    let kind = rest.iter().map(|p| p.kind).min().unwrap_or(ProblemKind::Error);
+    let reason = format!("{} more problems in this file are not shown; fix the ones above first", rest.len());
+    problems.push(ManifestProblem::file(kind, file, reason));
+    problems
+}
+
+/// Why a document has no value: the field (when known) and the reason.
+struct DocError {
+    field: Option<String>,
+    reason: String,
+}
+
+impl DocError {
+    fn syntax(reason: String) -> Self {
+        Self { field: None, reason }
+    }
 }
 
 /// The documents of a file, numbered from 0 in stream order (empty ones included, as `Null`).
-/// A syntax error ends the file: nothing after it can be read reliably.
-fn documents(file: &Path, content: &str) -> Vec<(usize, Result<Value, String>)> {
+/// A syntax error ends the file: nothing after it can be read reliably. A text that crosses
+/// the bounds (see `scan`) is read up to the document where it does, which is refused with the
+/// line and column.
+fn documents(file: &Path, content: &str) -> Vec<(usize, Result<Value, DocError>)> {
     let is_json = file.extension().is_some_and(|e| e.eq_ignore_ascii_case("json"));
+    let checked = if is_json { scan::check_json(content) } else { scan::check_yaml(content) };
+    let Err(refusal) = checked else { return parse_documents(is_json, content) };
+    let prefix = content.get(..refusal.doc_start).unwrap_or("");
+    let mut docs = if prefix.trim().is_empty() { Vec::new() } else { parse_documents(is_json, prefix) };
+    let stopped = docs.last().is_some_and(|(_, d)| {
+        d.as_ref().is_err_and(|e| e.reason.ends_with("the rest of the file is not read"))
+    });
+    if !stopped {
+        // The prefix ends where the refused document begins; YAML may count one more, empty,
+        // document there.
+        docs.retain(|(i, d)| *i < refusal.doc || d.as_ref().is_err());
+        let reason = format!("{refusal}; refusing it, and the rest of the file is not read");
+        docs.push((refusal.doc, Err(DocError::syntax(reason))));
+    }
+    docs
+}
+
+fn parse_documents(is_json: bool, content: &str) -> Vec<(usize, Result<Value, DocError>)> {
+    let mut budget = Budget::default();
     let mut docs = Vec::new();
     if is_json {
-        for (i, value) in serde_json::Deserializer::from_str(content).into_iter::<Value>().enumerate() {
-            match value {
-                Ok(value) => docs.push((i, Ok(value))),
-                Err(e) => {
-                    docs.push((i, Err(format!("invalid JSON: {e}; the rest of the file is not read"))));
+        // Syntax first, over the whole text (so errors carry the file's line and column), then
+        // each value again from its own slice, within the budget.
+        let mut stream = serde_json::Deserializer::from_str(content).into_iter::<IgnoredAny>();
+        let mut start = 0;
+        for i in 0.. {
+            match stream.next() {
+                None => break,
+                Some(Err(e)) => {
+                    let reason = format!("invalid JSON: {e}; the rest of the file is not read");
+                    docs.push((i, Err(DocError::syntax(reason))));
                     break;
+                }
+                Some(Ok(_)) => {
+                    let end = stream.byte_offset();
+                    let slice = content.get(start..end).unwrap_or("");
+                    start = end;
+                    match budget.value(&mut serde_json::Deserializer::from_str(slice)) {
+                        Ok(value) => docs.push((i, Ok(value))),
+                        Err(Failure::Refused(r)) => {
+                            let fatal = r.exhausted;
+                            docs.push((i, Err(refused(r, fatal))));
+                            if fatal {
+                                break;
+                            }
+                        }
+                        Err(Failure::Syntax(e)) => {
+                            docs.push((i, Err(DocError::syntax(format!("invalid JSON: {e}")))))
+                        }
+                    }
                 }
             }
         }
@@ -88,27 +172,53 @@ fn documents(file: &Path, content: &str) -> Vec<(usize, Result<Value, String>)> 
     }
     let mut last_error: Option<String> = None;
     for (i, doc) in serde_yaml_ng::Deserializer::from_str(content).enumerate() {
-        match Value::deserialize(doc) {
+        match budget.value(doc) {
             Ok(value) => {
                 last_error = None;
                 docs.push((i, Ok(value)));
             }
-            Err(e) => {
+            Err(Failure::Refused(r)) => {
+                let fatal = r.exhausted;
+                docs.push((i, Err(refused(r, fatal))));
+                if fatal {
+                    break; // every further document would be refused for the same reason
+                }
+                last_error = None;
+            }
+            Err(Failure::Syntax(e)) => {
                 let text = e.to_string();
                 // After a syntax error the YAML stream repeats the same error for every further
                 // document: stop there, and say so on the one already reported.
                 if last_error.as_deref() == Some(text.as_str()) {
-                    if let Some((_, Err(reason))) = docs.last_mut() {
-                        reason.push_str("; the rest of the file is not read");
+                    if let Some((_, Err(error))) = docs.last_mut() {
+                        error.reason.push_str("; the rest of the file is not read");
                     }
                     break;
                 }
-                docs.push((i, Err(format!("invalid YAML: {text}"))));
+                docs.push((i, Err(DocError::syntax(yaml_error(&text)))));
                 last_error = Some(text);
             }
         }
     }
     docs
+}
+
+/// A YAML error as a reason. serde_yaml_ng has no public error kinds, so its alias-repetition
+/// guard is recognized by its text, only to explain it.
+fn yaml_error(text: &str) -> String {
+    if text.starts_with("repetition limit exceeded") {
+        return format!(
+            "invalid YAML: {text}: its aliases expand to far more than the document holds (an alias \
+             bomb?); refusing it"
+        );
+    }
+    format!("invalid YAML: {text}")
+}
+
+/// A bound crossed while building a value, as a document error.
+fn refused(r: super::value::Refused, last: bool) -> DocError {
+    let reason = if last { format!("{}; the rest of the file is not read", r.reason) } else { r.reason };
+    DocError { field: (!r.field.is_empty()).then_some(r.field), reason }
 }
 
 /// One non-empty document → the finished pod (when valid) and what was found.
@@ -150,17 +260,25 @@ fn type_meta_errors(api_version: Option<&Value>, kind: Option<&Value>, f: &mut F
         Some(Value::String(k)) if k.ends_with("List") => f.error(
             "kind",
             format!(
-                "kind {k:?} is not supported: {WANT}; put each pod in its own document, separated by ---"
+                "kind {} is not supported: {WANT}; put each pod in its own document, separated by ---",
+                quoted(k)
             ),
         ),
-        Some(Value::String(k)) => f.error("kind", format!("kind {k:?} is not supported: {WANT}")),
-        Some(other) => f.error("kind", format!("must be a string, not {other}: {WANT}")),
+        Some(Value::String(k)) => f.error("kind", format!("kind {} is not supported: {WANT}", quoted(k))),
+        Some(other) => {
+            f.error("kind", format!("must be a string, not {}: {WANT}", cut(&other.to_string(), MAX_QUOTED)))
+        }
     }
     match api_version {
         None | Some(Value::Null) => f.error("apiVersion", format!("required: {WANT}")),
         Some(Value::String(v)) if v == "v1" => {}
-        Some(Value::String(v)) => f.error("apiVersion", format!("apiVersion {v:?} is not supported: {WANT}")),
-        Some(other) => f.error("apiVersion", format!("must be a string, not {other}: {WANT}")),
+        Some(Value::String(v)) => {
+            f.error("apiVersion", format!("apiVersion {} is not supported: {WANT}", quoted(v)))
+        }
+        Some(other) => f.error(
+            "apiVersion",
+            format!("must be a string, not {}: {WANT}", cut(&other.to_string(), MAX_QUOTED)),
+        ),
     }
 }
 

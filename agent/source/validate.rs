@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::{Pod, PodDNSConfig, PodSecurityContext, PodSpec,
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::Findings;
+use super::limits::quoted;
 use super::names::{dns1123_label, dns1123_subdomain, label_value, qualified_name, sysctl_name};
 use super::quantity::Quantity;
 use super::validate_container;
@@ -82,7 +83,7 @@ fn spec_fields(spec: &PodSpec, f: &mut Findings) {
     for (i, alias) in spec.host_aliases.iter().flatten().enumerate() {
         let path = format!("spec.hostAliases[{i}]");
         if alias.ip.parse::<IpAddr>().is_err() {
-            f.error(format!("{path}.ip"), format!("{:?} must be a valid IP address", alias.ip));
+            f.error(format!("{path}.ip"), format!("{} must be a valid IP address", quoted(&alias.ip)));
         }
         for (j, name) in alias.hostnames.iter().flatten().enumerate() {
             check(f, &format!("{path}.hostnames[{j}]"), dns1123_subdomain(name));
@@ -108,7 +109,10 @@ fn dns_config(config: &PodDNSConfig, f: &mut Findings) {
     }
     for (i, ns) in nameservers.iter().enumerate() {
         if ns.parse::<IpAddr>().is_err() {
-            f.error(format!("spec.dnsConfig.nameservers[{i}]"), format!("{ns:?} must be a valid IP address"));
+            f.error(
+                format!("spec.dnsConfig.nameservers[{i}]"),
+                format!("{} must be a valid IP address", quoted(ns)),
+            );
         }
     }
     let searches = config.searches.as_deref().unwrap_or_default();
@@ -141,7 +145,7 @@ fn pod_security_context(sc: &PodSecurityContext, f: &mut Findings) {
         let path = format!("spec.securityContext.sysctls[{i}].name");
         check(f, &path, sysctl_name(&sysctl.name));
         if !seen.insert(sysctl.name.as_str()) {
-            f.error(path, format!("duplicate sysctl {:?}", sysctl.name));
+            f.error(path, format!("duplicate sysctl {}", quoted(&sysctl.name)));
         }
     }
 }
@@ -153,7 +157,7 @@ fn volumes<'a>(spec: &'a PodSpec, f: &mut Findings) -> BTreeSet<&'a str> {
         let path = format!("spec.volumes[{i}]");
         check(f, &format!("{path}.name"), dns1123_label(&volume.name));
         if !names.insert(volume.name.as_str()) {
-            f.error(format!("{path}.name"), format!("duplicate volume name {:?}", volume.name));
+            f.error(format!("{path}.name"), format!("duplicate volume name {}", quoted(&volume.name)));
         }
         volume_source(volume, &path, f);
     }
@@ -210,7 +214,10 @@ pub(super) fn check(f: &mut Findings, field: &str, why: Option<String>) {
 pub(super) fn one_of(f: &mut Findings, field: &str, value: Option<&str>, allowed: &[&str]) {
     if let Some(value) = value.filter(|v| !allowed.contains(v)) {
         let list: Vec<String> = allowed.iter().map(|a| format!("{a:?}")).collect();
-        f.error(field, format!("unsupported value {value:?}: supported values are {}", list.join(", ")));
+        f.error(
+            field,
+            format!("unsupported value {}: supported values are {}", quoted(value), list.join(", ")),
+        );
     }
 }
 
@@ -224,7 +231,7 @@ pub(super) fn id_range(f: &mut Findings, field: &str, id: Option<i64>) {
 /// A non-negative resource quantity; returns it when valid.
 pub(super) fn quantity(f: &mut Findings, field: &str, text: &str) -> Option<Quantity> {
     match Quantity::parse(text) {
-        None => f.error(field, format!("{text:?} must be a quantity (like 500m, 2 or 128Mi)")),
+        None => f.error(field, format!("{} must be a quantity (like 500m, 2 or 128Mi)", quoted(text))),
         Some(q) if q.is_negative() => f.error(field, "must be greater than or equal to 0"),
         Some(q) => return Some(q),
     }

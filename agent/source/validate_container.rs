@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::Findings;
+use super::limits::quoted;
 use super::names::{dns1123_label, env_var_name, http_header_name, iana_svc_name};
 use super::validate::{check, id_range, one_of, quantity};
 
@@ -72,7 +73,7 @@ pub(super) fn containers(spec: &PodSpec, volumes: &BTreeSet<&str>, f: &mut Findi
             if let Some(first) = names.get(c.name.as_str()) {
                 f.error(
                     format!("{path}.name"),
-                    format!("duplicate container name {:?} (also {first})", c.name),
+                    format!("duplicate container name {} (also {first})", quoted(&c.name)),
                 );
             } else {
                 names.insert(&c.name, path.clone());
@@ -177,12 +178,12 @@ fn ports(c: &Container, path: &str, pod: &Pod<'_>, f: &mut Findings) {
         if let Some(name) = port.name.as_deref().filter(|n| !n.is_empty()) {
             check(f, &format!("{path}.name"), iana_svc_name(name));
             if !names.insert(name) {
-                f.error(format!("{path}.name"), format!("duplicate port name {name:?}"));
+                f.error(format!("{path}.name"), format!("duplicate port name {}", quoted(name)));
             }
         }
         if let Some(ip) = port.host_ip.as_deref().filter(|ip| !ip.is_empty()) {
             if ip.parse::<IpAddr>().is_err() {
-                f.error(format!("{path}.hostIP"), format!("{ip:?} must be a valid IP address"));
+                f.error(format!("{path}.hostIP"), format!("{} must be a valid IP address", quoted(ip)));
             }
         }
     }
@@ -202,8 +203,8 @@ fn env_var(env: &EnvVar, path: &str, f: &mut Findings) {
                 f.error(
                     format!("{path}.valueFrom.fieldRef.fieldPath"),
                     format!(
-                        "{:?} is not supported by crilet (supported: {})",
-                        field_ref.field_path,
+                        "{} is not supported by crilet (supported: {})",
+                        quoted(&field_ref.field_path),
                         SUPPORTED_FIELD_PATHS.join(", ")
                     ),
                 );
@@ -227,7 +228,7 @@ fn mounts(c: &Container, path: &str, pod: &Pod<'_>, f: &mut Findings) {
         if !pod.volumes.contains(mount.name.as_str()) {
             f.error(
                 format!("{path}.name"),
-                format!("volume {:?} is not defined in spec.volumes", mount.name),
+                format!("volume {} is not defined in spec.volumes", quoted(&mount.name)),
             );
         }
         let mount_path = &mount.mount_path;
@@ -238,7 +239,7 @@ fn mounts(c: &Container, path: &str, pod: &Pod<'_>, f: &mut Findings) {
         } else if !paths.insert(mount_path.trim_end_matches('/')) {
             f.error(
                 format!("{path}.mountPath"),
-                format!("{mount_path:?} must be unique within the container"),
+                format!("{} must be unique within the container", quoted(mount_path)),
             );
         }
         if let Some(sub) = mount.sub_path.as_deref().filter(|s| !s.is_empty()) {

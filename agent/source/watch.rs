@@ -4,6 +4,12 @@
 //!
 //! The watch is (re)established on every rescan when missing or stale (the directory did not
 //! exist yet, or was removed and created again), so a failing watch heals within one resync.
+//!
+//! Every scan runs on an OS thread of its own, never on the async runtime's workers or its
+//! blocking pool: a scan blocks for at most [`SCAN_WAIT`] on parses (a file still being parsed
+//! after that counts as broken, and its late result wakes another scan), and stopping the agent
+//! never waits for one. Parses are remembered by content across scans, so an unchanged file,
+//! however expensive, is parsed once.
 
 use std::collections::HashSet;
 use std::os::unix::fs::MetadataExt;
@@ -16,8 +22,10 @@ use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::dir::manifest_name;
-use super::{ManifestProblem, ManifestSet, ProblemKind, load_dir};
+use super::dir::{load_dir_with, manifest_name};
+use super::limits::SCAN_WAIT;
+use super::pool::Parser;
+use super::{ManifestProblem, ManifestSet, ProblemKind};
 
 /// The kubelet's `fileCheckFrequency` default.
 pub const DEFAULT_RESYNC: Duration = Duration::from_secs(20);
@@ -33,34 +41,75 @@ const MAX_SETTLE: Duration = Duration::from_secs(1);
 /// sender is dropped then). If the directory does not exist, the set is empty and it keeps
 /// checking.
 ///
-/// The first scan happens before this returns, so the receiver's initial value is the real
-/// directory content, never a transient empty set. Must be called within a tokio runtime.
-pub fn watch_dir(
+/// The first scan is done before this returns, so the receiver's initial value is the real
+/// directory content, never a transient empty set; it runs on its own thread, so awaiting this
+/// never blocks the runtime. `None` when `cancel` fires before the first scan is done. Must be
+/// called within a tokio runtime.
+pub async fn watch_dir(
     dir: PathBuf,
     node_name: String,
     resync: Duration,
     cancel: CancellationToken,
-) -> watch::Receiver<ManifestSet> {
+) -> Option<watch::Receiver<ManifestSet>> {
     // Watch first, then scan: a change between the two is then seen by both, never by neither.
-    // A Notify coalesces any burst of inotify events into one pending wake-up.
+    // A Notify coalesces any burst of inotify events (and late parse results) into one wake-up.
     let events = Arc::new(Notify::new());
     let mut dir_watch = DirWatch { dir: dir.clone(), events: events.clone(), current: None };
     dir_watch.ensure();
-    let first = load_dir(&dir, &node_name, &ManifestSet::default());
+    let wake = events.clone();
+    let parser = Parser::new(&node_name).on_late_result(move || wake.notify_one());
+    let first = loop {
+        match scan(&parser, &dir, ManifestSet::default(), &cancel).await {
+            Scan::Done(set) => break set,
+            Scan::Cancelled => return None,
+            Scan::Failed(e) => {
+                warn!(error = %e, "cannot scan the manifest directory; retrying in 1 s");
+                tokio::select! {
+                    _ = cancel.cancelled() => return None,
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                }
+            }
+        }
+    };
     log_new_problems(&[], &first.problems);
     let (tx, rx) = watch::channel(first);
-    tokio::spawn(run(dir, node_name, resync, cancel, tx, dir_watch, events));
-    rx
+    tokio::spawn(run(dir, resync, cancel, tx, dir_watch, events, parser));
+    Some(rx)
+}
+
+enum Scan {
+    Done(ManifestSet),
+    Cancelled,
+    Failed(String),
+}
+
+/// One scan of the directory on a thread of its own.
+async fn scan(parser: &Parser, dir: &Path, previous: ManifestSet, cancel: &CancellationToken) -> Scan {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let (parser, dir) = (parser.clone(), dir.to_path_buf());
+    let spawned = std::thread::Builder::new().name("manifest-scan".into()).spawn(move || {
+        let _ = tx.send(load_dir_with(&parser, &dir, &previous, SCAN_WAIT));
+    });
+    if let Err(e) = spawned {
+        return Scan::Failed(format!("cannot start the scan thread: {e}"));
+    }
+    tokio::select! {
+        _ = cancel.cancelled() => Scan::Cancelled,
+        r = rx => match r {
+            Ok(set) => Scan::Done(set),
+            Err(_) => Scan::Failed("the scan thread ended without a result".to_string()),
+        },
+    }
 }
 
 async fn run(
     dir: PathBuf,
-    node_name: String,
     resync: Duration,
     cancel: CancellationToken,
     tx: watch::Sender<ManifestSet>,
     mut dir_watch: DirWatch,
     events: Arc<Notify>,
+    parser: Parser,
 ) {
     let mut ticker = tokio::time::interval(resync.max(Duration::from_millis(10)));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -84,10 +133,10 @@ async fn run(
         }
         dir_watch.ensure();
         let previous = tx.borrow().clone();
-        let (dir, node, prev) = (dir.clone(), node_name.clone(), previous.clone());
-        let next = match tokio::task::spawn_blocking(move || load_dir(&dir, &node, &prev)).await {
-            Ok(next) => next,
-            Err(e) => {
+        let next = match scan(&parser, &dir, previous.clone(), &cancel).await {
+            Scan::Done(next) => next,
+            Scan::Cancelled => return,
+            Scan::Failed(e) => {
                 warn!(error = %e, "manifest scan failed; retrying at the next change or resync");
                 continue;
             }

@@ -86,7 +86,23 @@ fn only_manifests_are_read_in_name_order() {
     write(&dir.path().join("sub.yaml"), "nested.yaml", &pod("nested", "x:1"));
     let set = load_dir(dir.path(), NODE, &ManifestSet::default());
     assert_eq!(names(&set), ["a", "b"]);
-    assert!(set.problems.is_empty(), "{:#?}", set.problems);
+    // Entries with a manifest's name that are not regular files are reported, never read.
+    let refused: Vec<_> = set
+        .problems
+        .iter()
+        .map(|p| (p.kind, p.file.file_name().unwrap_or_default().to_owned(), p.reason.clone()))
+        .collect();
+    assert_eq!(
+        refused,
+        [
+            (
+                ProblemKind::Error,
+                "fifo.yaml".into(),
+                "a FIFO (named pipe), not a regular file; refusing it".into()
+            ),
+            (ProblemKind::Error, "sub.yaml".into(), "a directory, not a regular file; refusing it".into()),
+        ]
+    );
     assert_eq!(set.pods[&key("a")].file, dir.path().join("a.json"));
 }
 
@@ -222,13 +238,12 @@ fn binary_and_huge_files_are_errors() {
         fs::set_permissions(dir.path().join(name), fs::Permissions::from_mode(0o644)).expect("chmod");
     }
     let set = load_dir(dir.path(), NODE, &ManifestSet::default());
-    let reasons: Vec<_> =
-        set.problems.iter().map(|p| (p.kind, p.reason.split(':').next().unwrap_or(""))).collect();
+    let reasons: Vec<_> = set.problems.iter().map(|p| (p.kind, p.reason.as_str())).collect();
     assert_eq!(
         reasons,
         [
-            (ProblemKind::Error, "not UTF-8 text"),
-            (ProblemKind::Error, "file is larger than 4194304 bytes; refusing it")
+            (ProblemKind::Error, "not UTF-8 text: invalid byte 0xff at line 1 column 1 (byte 0)"),
+            (ProblemKind::Error, "file is larger than 1048576 bytes (1 MiB); refusing it")
         ]
     );
 }

@@ -12,10 +12,14 @@ mod allow;
 mod defaults;
 mod dir;
 mod parse;
+mod pool;
+mod read;
+mod scan;
 mod uid;
 mod validate;
 mod validate_container;
 mod validate_probe;
+mod value;
 mod watch;
 
 pub(super) const NODE: &str = "node-a";

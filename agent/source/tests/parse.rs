@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use super::{NODE, lines};
+use crate::source::limits::MAX_PROBLEMS_PER_FILE;
 use crate::source::{ManifestProblem, ProblemKind, parse_manifest};
 
 fn pod_yaml(name: &str, image: &str) -> String {
@@ -126,4 +127,48 @@ fn problem_display_is_one_line() {
     for (problem, want) in cases {
         assert_eq!(problem.to_string(), want);
     }
+}
+
+#[test]
+fn a_deep_document_is_refused_and_the_ones_before_it_kept() {
+    let deep = format!("{}{}", "[".repeat(100), "]".repeat(100));
+    let text = format!(
+        "{}---\n{}---\nspec: {deep}\n---\n{}",
+        pod_yaml("one", "b:1"),
+        pod_yaml("two", "b:1"),
+        pod_yaml("four", "b:1")
+    );
+    let (pods, problems) = parse_manifest(Path::new("/m/p.yaml"), &text, NODE);
+    assert_eq!(
+        pods.iter().map(|p| (p.key.name.as_str(), p.doc)).collect::<Vec<_>>(),
+        [("one", 0), ("two", 1)]
+    );
+    assert_eq!(problems.len(), 1, "{problems:#?}");
+    assert_eq!(
+        problems[0].to_string(),
+        "/m/p.yaml: document 2: nested more than 64 levels deep at line 19 column 71; refusing it, and the rest \
+         of the file is not read"
+    );
+}
+
+#[test]
+fn problems_per_file_are_capped_and_values_cut() {
+    let containers: String = (0..80).map(|i| format!("  - name: C{i}\n    image: b\n")).collect();
+    let text = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {}\nspec:\n  containers:\n{containers}",
+        "n".repeat(5000)
+    );
+    let (_, problems) = parse_manifest(Path::new("/m/p.yaml"), &text, NODE);
+    assert_eq!(problems.len(), MAX_PROBLEMS_PER_FILE + 1);
+    let last = &problems[MAX_PROBLEMS_PER_FILE];
+    assert_eq!((last.kind, last.doc), (ProblemKind::Error, None));
+    assert_eq!(last.reason, "31 more problems in this file are not shown; fix the ones above first");
+    let name = &problems[0];
+    assert_eq!(name.field.as_deref(), Some("metadata.name"));
+    assert!(
+        name.reason
+            .starts_with(&format!("\"{}\"… (5000 bytes) must be a DNS-1123 subdomain", "n".repeat(80))),
+        "{}",
+        name.reason
+    );
 }
