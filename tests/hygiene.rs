@@ -30,7 +30,8 @@ fn cgroup_dirs(rel: &str) -> Vec<PathBuf> {
 
 fn make_old(dir: &Path) {
     std::fs::create_dir_all(dir).expect("mkdir cgroup");
-    let status = std::process::Command::new("touch").args(["-d", "2020-01-01"]).arg(dir).status().expect("touch");
+    let status =
+        std::process::Command::new("touch").args(["-d", "2020-01-01"]).arg(dir).status().expect("touch");
     assert!(status.success());
 }
 
