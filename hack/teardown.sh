@@ -212,7 +212,8 @@ stop_leftover_shims() {
             *containerd-shim*"-address $CONTAINERD_SOCK "* | *containerd-shim*"-address $CONTAINERD_SOCK") ;;
             *) continue ;;
         esac
-        kids="$(ps -o pid= --ppid "$pid" 2>/dev/null | tr -d ' ' | tr '\n' ' ')"
+        # (ps exits 1 when the shim has no child: that is the usual case, not an error.)
+        kids="$({ ps -o pid= --ppid "$pid" 2>/dev/null || true; } | tr -d ' ' | tr '\n' ' ')"
         if [ -n "$kids" ]; then
             if [ "$all_gone" != 1 ]; then
                 warn "shim $pid still runs a container; left alone"

@@ -43,13 +43,27 @@ pub fn pod_uid_of(name: &str) -> Option<&str> {
     plausible.then_some(uid)
 }
 
+/// Removes `dir` and the cgroups below it, deepest first, with `rmdir` only: a container cgroup
+/// the runtime left empty below a pod cgroup would otherwise keep the pod's busy for good; one
+/// that still holds a process stays (and so does everything above it).
+fn remove_empty_tree(dir: &Path) -> std::io::Result<()> {
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.filter_map(Result::ok) {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                let _ = remove_empty_tree(&e.path());
+            }
+        }
+    }
+    std::fs::remove_dir(dir)
+}
+
 /// Best-effort removal of one pod's cgroups (its pod is gone).
 pub fn remove_pod_cgroups(uid: &str) {
     for h in hierarchies(Path::new(CGROUP_ROOT)) {
         for parent in QOS_PARENTS {
             let dir = h.join(parent).join(format!("pod{uid}"));
             if dir.is_dir() {
-                let _ = std::fs::remove_dir(&dir);
+                let _ = remove_empty_tree(&dir);
             }
         }
     }
@@ -131,7 +145,7 @@ pub async fn sweep(cri: &CriClient) -> usize {
         .unwrap_or_default();
     let mut removed = 0;
     for path in orphans(&found, &live) {
-        match std::fs::remove_dir(&path) {
+        match remove_empty_tree(&path) {
             Ok(()) => removed += 1,
             // Busy (processes or children left): not ours to force.
             Err(e) => debug!(path = %path.display(), error = %e, "orphaned pod cgroup not removed"),
