@@ -69,7 +69,7 @@ CT_HOST_PORTS=(12000 12001 12002 12003)
 CT_SANDBOX_IMAGE="$IMAGE_PAUSE"
 # portmap's shared nat chains: removed at the end only if this run created them and no
 # hostPort rule of anyone is left in them.
-CT_PORTMAP_CHAINS=(CNI-HOSTPORT-DNAT CNI-HOSTPORT-SETMARK CNI-HOSTPORT-MASQ)
+CT_PORTMAP_CHAINS=("${PORTMAP_CHAINS[@]}")
 
 usage() { sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//' >&2; exit "${1:-2}"; }
 

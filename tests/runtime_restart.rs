@@ -54,24 +54,6 @@ async fn containerd_restart_under_a_running_agent() {
     running_pod(&a, "steady").await;
 }
 
-/// The first instance exits with 3 once the test creates /signal/exit (a hostPath); the next
-/// one removes the file and runs on.
-const ON_SIGNAL: &str = r#"
-apiVersion: v1
-kind: Pod
-metadata: {name: evented, namespace: t-ctrd}
-spec:
-  terminationGracePeriodSeconds: 2
-  volumes:
-  - name: signal
-    hostPath: {path: "${SIGNAL_DIR}", type: Directory}
-  containers:
-  - name: main
-    image: ${CRILET_IMAGE_BUSYBOX}
-    volumeMounts: [{name: signal, mountPath: /signal}]
-    command: [sh, -c, 'trap "exit 0" TERM; if [ -f /signal/exit ]; then rm -f /signal/exit; while true; do sleep 1; done; fi; while [ ! -f /signal/exit ]; do sleep 0.1; done; exit 3']
-"#;
-
 /// "events" or "relist", as `crilet version` reports the agent's mode.
 fn pleg_mode(a: &Agent) -> Option<String> {
     let (ok, out, _) = a.cli(&["version"]);
@@ -92,9 +74,8 @@ fn containerd(action: &str) {
 async fn event_stream_is_followed_again_after_a_long_runtime_outage() {
     let _one_at_a_time = RUNTIME.lock().await;
     let a = Agent::start("events-outage").await;
-    let dir = a.dir.join("signal");
-    std::fs::create_dir_all(&dir).expect("signal dir");
-    a.write_manifest("evented.yaml", &ON_SIGNAL.replace("${SIGNAL_DIR}", &dir.display().to_string()));
+    let (yaml, dir) = exit_on_signal_pod(&a, "evented", "t-ctrd");
+    a.write_manifest("evented.yaml", &yaml);
     let p = running_pod(&a, "evented").await;
     let uid = p["metadata"]["uid"].as_str().expect("uid").to_string();
     let first = container_id(&p, "main").expect("first instance");

@@ -9,30 +9,6 @@ use common::*;
 use crilet::model::ContainerState;
 use serde_json::Value;
 
-/// The first instance exits with 3 when the test creates /signal/exit (a hostPath); the next one
-/// finds the file, removes it and runs on.
-const ON_SIGNAL: &str = r#"
-apiVersion: v1
-kind: Pod
-metadata: {name: fresh, namespace: t-status}
-spec:
-  terminationGracePeriodSeconds: 2
-  volumes:
-  - name: signal
-    hostPath: {path: "${SIGNAL_DIR}", type: Directory}
-  containers:
-  - name: main
-    image: ${CRILET_IMAGE_BUSYBOX}
-    volumeMounts: [{name: signal, mountPath: /signal}]
-    command: [sh, -c, 'trap "exit 0" TERM; if [ -f /signal/exit ]; then rm -f /signal/exit; echo second; while true; do sleep 1; done; fi; echo first; while [ ! -f /signal/exit ]; do sleep 0.1; done; exit 3']
-"#;
-
-fn signal_dir(a: &Agent) -> std::path::PathBuf {
-    let d = a.dir.join("signal");
-    std::fs::create_dir_all(&d).expect("signal dir");
-    d
-}
-
 /// The new instance (attempt 1) of `name` in the pod, once the runtime runs it.
 async fn running_attempt(a: &Agent, uid: &str, name: &str, attempt: u32) -> String {
     let cri = a.env.cri();
@@ -55,8 +31,8 @@ async fn running_attempt(a: &Agent, uid: &str, name: &str, attempt: u32) -> Stri
 #[tokio::test(flavor = "multi_thread")]
 async fn status_shows_a_restart_as_soon_as_the_runtime_does() {
     let a = Agent::start("status-fresh").await;
-    let dir = signal_dir(&a);
-    a.write_manifest("fresh.yaml", &ON_SIGNAL.replace("${SIGNAL_DIR}", &dir.display().to_string()));
+    let (yaml, dir) = exit_on_signal_pod(&a, "fresh", "t-status");
+    a.write_manifest("fresh.yaml", &yaml);
     let p = running_pod(&a, "fresh").await;
     let uid = p["metadata"]["uid"].as_str().expect("uid").to_string();
     let first = container_id(&p, "main").expect("first instance");

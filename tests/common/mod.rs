@@ -79,9 +79,13 @@ pub fn bin() -> &'static str {
 impl Agent {
     /// A fresh agent for test `name` (directories wiped first, pods of an earlier run removed).
     pub async fn start(name: &str) -> Agent {
-        let env = Env::load();
+        Self::start_with_env(name, Env::load()).await
+    }
+
+    /// [`Agent::start`] with `env` (which may name another CRI endpoint than containerd's).
+    async fn start_with_env(name: &str, env: Env) -> Agent {
         let dir = PathBuf::from("/var/lib/crilet-dev/tests").join(name);
-        let a = Agent {
+        let mut a = Agent {
             name: name.to_string(),
             manifests: dir.join("manifests"),
             root: dir.join("root"),
@@ -92,13 +96,13 @@ impl Agent {
             env,
             child: None,
         };
-        remove_pods_of(&a.env.cri(), &a.manifests).await;
+        // Through containerd itself, never through a proxy the test put in between.
+        remove_pods_of(&Env::load().cri(), &a.manifests).await;
         let _ = std::fs::remove_dir_all(&a.dir);
         for d in [&a.manifests, &a.root, &a.logs] {
             std::fs::create_dir_all(d).expect("mkdir");
             std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).expect("chmod");
         }
-        let mut a = a;
         a.spawn();
         a
     }
@@ -282,28 +286,8 @@ impl Agent {
     /// [`Env::load`]`().cri()` still reaches containerd directly.
     pub async fn start_with_endpoint(name: &str, endpoint: &str) -> Agent {
         let mut env = Env::load();
-        remove_pods_of(&env.cri(), &PathBuf::from("/var/lib/crilet-dev/tests").join(name).join("manifests"))
-            .await;
         env.vars.insert("CRILET_CONTAINERD_ENDPOINT".into(), endpoint.to_string());
-        let dir = PathBuf::from("/var/lib/crilet-dev/tests").join(name);
-        let mut a = Agent {
-            name: name.to_string(),
-            manifests: dir.join("manifests"),
-            root: dir.join("root"),
-            logs: dir.join("pod-logs"),
-            socket: PathBuf::from("/run/crilet-dev/tests").join(format!("{name}.sock")),
-            log_file: dir.join("crilet.log"),
-            dir,
-            env,
-            child: None,
-        };
-        let _ = std::fs::remove_dir_all(&a.dir);
-        for d in [&a.manifests, &a.root, &a.logs] {
-            std::fs::create_dir_all(d).expect("mkdir");
-            std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-        }
-        a.spawn();
-        a
+        Self::start_with_env(name, env).await
     }
 
     /// The `Warning: …` line `crilet get pods` prints on stderr while the agent finds the
@@ -361,4 +345,31 @@ pub async fn instances(cri: &CriClient, uid: &str) -> Option<Vec<(String, u32, S
         .collect();
     v.sort();
     Some(v)
+}
+
+/// A pod `namespace/name` whose container `main` exits with 3 once the test creates `exit` in
+/// the returned signal directory (a hostPath under the agent's test dir); the next instance finds
+/// the file, removes it and runs on. Each instance prints which one it is ("first", "second").
+pub fn exit_on_signal_pod(a: &Agent, name: &str, namespace: &str) -> (String, PathBuf) {
+    let dir = a.dir.join("signal");
+    std::fs::create_dir_all(&dir).expect("signal dir");
+    let yaml = format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, namespace: {namespace}}}
+spec:
+  terminationGracePeriodSeconds: 2
+  volumes:
+  - name: signal
+    hostPath: {{path: "{dir}", type: Directory}}
+  containers:
+  - name: main
+    image: ${{CRILET_IMAGE_BUSYBOX}}
+    volumeMounts: [{{name: signal, mountPath: /signal}}]
+    command: [sh, -c, 'trap "exit 0" TERM; if [ -f /signal/exit ]; then rm -f /signal/exit; echo second; while true; do sleep 1; done; fi; echo first; while [ ! -f /signal/exit ]; do sleep 0.1; done; exit 3']
+"#,
+        dir = dir.display()
+    );
+    (yaml, dir)
 }

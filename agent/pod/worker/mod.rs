@@ -83,6 +83,9 @@ struct Worker {
     /// During a sync that kills nothing: the runtime state as the sync's own starts changed it,
     /// published after each start (one targeted `ContainerStatus`), so a restart shows at once.
     live: Option<ObservedPod>,
+    /// A pod kill's deadline may be saved under the pod's dir (one began, or an earlier agent
+    /// left one): `end_kill` has a file to remove.
+    kill_saved: bool,
     /// Instances the agent killed itself (their 137 is no sign of a sandbox going away).
     killed_by_agent: BTreeSet<String>,
     /// This sync executed something (sandbox, container, start error): observe and publish
@@ -118,6 +121,7 @@ pub async fn run_worker(
     };
     let saved_status = std::fs::read(status_path(&ctx, &initial.uid)).ok();
     let status: Option<PodStatus> = saved_status.as_deref().and_then(|b| serde_json::from_slice(b).ok());
+    let kill_saved = crate::pod::terminate::saved_kill_path(&pod_dir(&ctx.node, &initial.uid)).exists();
     let mut w = Worker {
         ctx: ctx.clone(),
         desired: initial,
@@ -131,6 +135,7 @@ pub async fn run_worker(
         first_seen: jiff::Timestamp::now(),
         saved_conditions,
         saved_status,
+        kill_saved,
         killed_by_agent: BTreeSet::new(),
         live: None,
         acted: false,

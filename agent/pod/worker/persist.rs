@@ -37,12 +37,17 @@ impl Worker {
     }
 
     /// The deadline of a pod kill starting (or, after an agent restart, resuming) now.
-    pub(super) fn begin_kill(&self, grace: Duration) -> tokio::time::Instant {
+    pub(super) fn begin_kill(&mut self, grace: Duration) -> tokio::time::Instant {
+        self.kill_saved = true;
         crate::pod::terminate::begin_kill(&pod_dir(&self.ctx.node, &self.desired.uid), grace, now_ns())
     }
 
-    pub(super) fn end_kill(&self) {
-        crate::pod::terminate::end_kill(&pod_dir(&self.ctx.node, &self.desired.uid));
+    /// Forgets a saved kill deadline (a file operation only when one may exist: this runs on
+    /// every sync that plans no pod kill).
+    pub(super) fn end_kill(&mut self) {
+        if std::mem::take(&mut self.kill_saved) {
+            crate::pod::terminate::end_kill(&pod_dir(&self.ctx.node, &self.desired.uid));
+        }
     }
 }
 
