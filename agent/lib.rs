@@ -5,6 +5,7 @@ pub mod cli;
 pub mod context;
 pub mod cri;
 pub mod expand;
+pub mod health;
 pub mod model;
 pub mod node;
 pub mod pleg;

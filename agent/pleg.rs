@@ -319,6 +319,7 @@ pub async fn run(
             }
         };
         registry.runtime_available();
+        registry.liveness().relist_answered();
         if failing {
             info!("relist works again");
             failing = false;

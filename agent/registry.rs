@@ -75,6 +75,7 @@ struct Inner {
     /// Pod workers to wake when an outside condition of their pod changes.
     wakers: Mutex<BTreeMap<PodKey, Arc<Notify>>>,
     runtime: Mutex<RuntimeHealth>,
+    liveness: crate::health::Liveness,
 }
 
 impl Default for Registry {
@@ -88,6 +89,7 @@ impl Default for Registry {
                 external_conditions: RwLock::default(),
                 wakers: Mutex::default(),
                 runtime: Mutex::default(),
+                liveness: crate::health::Liveness::default(),
             }),
         }
     }
@@ -193,6 +195,11 @@ impl Registry {
 
     pub fn external_conditions(&self, pod: &PodKey) -> Vec<PodCondition> {
         self.inner.external_conditions.read().ok().and_then(|m| m.get(pod).cloned()).unwrap_or_default()
+    }
+
+    /// The sync loop's and the relist's heartbeats (`/healthz`, the systemd watchdog).
+    pub fn liveness(&self) -> &crate::health::Liveness {
+        &self.inner.liveness
     }
 
     /// Whether the container runtime answers, as last reported.

@@ -275,8 +275,12 @@ impl Supervisor {
         // Housekeeping: leftovers of pods removed by an agent that died halfway.
         let mut housekeeping = tokio::time::interval(Duration::from_secs(60));
         housekeeping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // The loop's heartbeat (/healthz, watchdog): it only beats while the loop turns.
+        let mut beat = tokio::time::interval(crate::health::SYNC_LOOP_BEAT);
+        beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
+                _ = beat.tick() => self.ctx.registry.liveness().sync_loop_beat(),
                 _ = self.cancel.cancelled() => break,
                 r = manifests.changed() => {
                     if r.is_err() { break }
