@@ -69,6 +69,9 @@ pub struct Agent {
     pub logs: PathBuf,
     pub socket: PathBuf,
     pub log_file: PathBuf,
+    /// More `crilet run` flags, and environment, for every (re)spawn.
+    pub extra_args: Vec<String>,
+    pub extra_env: Vec<(String, String)>,
     child: Option<Child>,
 }
 
@@ -79,11 +82,16 @@ pub fn bin() -> &'static str {
 impl Agent {
     /// A fresh agent for test `name` (directories wiped first, pods of an earlier run removed).
     pub async fn start(name: &str) -> Agent {
-        Self::start_with_env(name, Env::load()).await
+        Self::start_with_env(name, Env::load(), &[], &[]).await
+    }
+
+    /// [`Agent::start`] with more `crilet run` flags and environment variables.
+    pub async fn start_with_args(name: &str, args: &[&str], env: &[(&str, &str)]) -> Agent {
+        Self::start_with_env(name, Env::load(), args, env).await
     }
 
     /// [`Agent::start`] with `env` (which may name another CRI endpoint than containerd's).
-    async fn start_with_env(name: &str, env: Env) -> Agent {
+    async fn start_with_env(name: &str, env: Env, args: &[&str], vars: &[(&str, &str)]) -> Agent {
         let dir = PathBuf::from("/var/lib/crilet-dev/tests").join(name);
         let mut a = Agent {
             name: name.to_string(),
@@ -94,6 +102,8 @@ impl Agent {
             log_file: dir.join("crilet.log"),
             dir,
             env,
+            extra_args: args.iter().map(|a| a.to_string()).collect(),
+            extra_env: vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
             child: None,
         };
         // Through containerd itself, never through a proxy the test put in between.
@@ -124,7 +134,9 @@ impl Agent {
             .arg("--control-socket")
             .arg(&self.socket)
             .args(["--node-name", "crilet-test-node"])
+            .args(&self.extra_args)
             .env("RUST_LOG", "info,crilet=debug,h2=warn,tower=warn,hyper=warn")
+            .envs(self.extra_env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -285,9 +297,19 @@ impl Agent {
     /// `env` then names that endpoint too, so [`Agent::spawn`] after a kill uses it again;
     /// [`Env::load`]`().cri()` still reaches containerd directly.
     pub async fn start_with_endpoint(name: &str, endpoint: &str) -> Agent {
+        Self::start_with_endpoint_args(name, endpoint, &[], &[]).await
+    }
+
+    /// [`Agent::start_with_endpoint`] with more `crilet run` flags and environment variables.
+    pub async fn start_with_endpoint_args(
+        name: &str,
+        endpoint: &str,
+        args: &[&str],
+        vars: &[(&str, &str)],
+    ) -> Agent {
         let mut env = Env::load();
         env.vars.insert("CRILET_CONTAINERD_ENDPOINT".into(), endpoint.to_string());
-        Self::start_with_env(name, env).await
+        Self::start_with_env(name, env, args, vars).await
     }
 
     /// The `Warning: …` line `crilet get pods` prints on stderr while the agent finds the
