@@ -60,16 +60,35 @@ fn pre_stop(spec: Option<&Container>, observed: &ObservedContainer) -> Option<Li
     }
 }
 
-fn secs_left(deadline: Instant) -> Duration {
-    whole_secs(deadline.saturating_duration_since(Instant::now()))
+/// `StopContainer` takes whole seconds: what is left of the budget, rounded up. Rounding down
+/// would SIGKILL before the deadline (a TGPS of 3 started 10 ms late became 2 s); rounding up
+/// lets the runtime's own SIGKILL land up to a second late, so [`stop_by_deadline`] sends a
+/// second `StopContainer(0)` exactly at the deadline.
+fn whole_secs_up(left: Duration) -> Duration {
+    let secs = left.as_secs() + u64::from(left.subsec_nanos() > 0);
+    Duration::from_secs(secs)
 }
 
-/// `StopContainer` takes whole seconds: round what is left of the budget to the nearest one.
-/// Truncating would take up to a second off every container at the very start of a kill
-/// (a TGPS of 30 became `StopContainer(29)`, of 3 became 2), and turn 0.9 s left into an
-/// immediate SIGKILL; rounding overshoots the deadline by at most half a second.
-fn whole_secs(left: Duration) -> Duration {
-    Duration::from_secs((left + Duration::from_millis(500)).as_secs())
+/// `StopContainer` with the budget left until `deadline`, and SIGKILL (a second
+/// `StopContainer` with timeout 0, which containerd takes while the first still waits) at the
+/// deadline itself if the container has not exited by then.
+async fn stop_by_deadline(ctx: &Shared, id: &str, deadline: Instant) -> Result<(), crate::cri::CriError> {
+    let grace = whole_secs_up(deadline.saturating_duration_since(Instant::now()));
+    let stop = ctx.cri.stop_container(id, grace);
+    tokio::pin!(stop);
+    if grace.is_zero() {
+        return stop.await;
+    }
+    tokio::select! {
+        r = &mut stop => return r,
+        _ = tokio::time::sleep_until(deadline) => {}
+    }
+    tracing::debug!(container_id = id, "grace budget spent; SIGKILL at the deadline");
+    let killed = ctx.cri.stop_container(id, Duration::ZERO).await;
+    match (killed, stop.await) {
+        (Ok(()), _) | (_, Ok(())) => Ok(()),
+        (Err(e), Err(_)) => Err(e),
+    }
 }
 
 /// Runs preStop (bounded by the deadline), waits for `wait_for` to finish, then stops the
@@ -105,9 +124,9 @@ async fn kill_with_deadline(
     for rx in &mut wait_for {
         let _ = tokio::time::timeout_at(deadline, rx.wait_for(|done| *done)).await;
     }
-    let grace = secs_left(deadline);
-    tracing::info!(pod = %key, container = %name, grace_s = grace.as_secs(), "stopping container");
-    match ctx.cri.stop_container(&observed.id, grace).await {
+    let left = deadline.saturating_duration_since(Instant::now());
+    tracing::info!(pod = %key, container = %name, grace_ms = left.as_millis() as u64, "stopping container");
+    match stop_by_deadline(&ctx, &observed.id, deadline).await {
         Ok(()) => true,
         Err(e) if e.is_not_found() => true,
         Err(e) => {
@@ -318,17 +337,20 @@ mod tests {
     }
 
     #[test]
-    fn budget_left_rounds_to_the_nearest_second() {
+    fn budget_left_rounds_up_so_the_runtime_never_kills_early() {
         let ms = Duration::from_millis;
-        assert_eq!(
-            whole_secs(ms(29_999)),
-            Duration::from_secs(30),
-            "a kill just started keeps the full TGPS"
-        );
-        assert_eq!(whole_secs(ms(2_990)), Duration::from_secs(3));
-        assert_eq!(whole_secs(ms(800)), Duration::from_secs(1));
-        assert_eq!(whole_secs(ms(400)), Duration::ZERO);
-        assert_eq!(whole_secs(Duration::ZERO), Duration::ZERO);
+        let s = Duration::from_secs;
+        for (left, want) in [
+            (ms(29_999), s(30)),
+            (s(30), s(30)),
+            (ms(2_990), s(3)),
+            (ms(2_010), s(3)),
+            (ms(800), s(1)),
+            (ms(1), s(1)),
+            (Duration::ZERO, Duration::ZERO),
+        ] {
+            assert_eq!(whole_secs_up(left), want, "{left:?} left");
+        }
     }
 
     #[test]

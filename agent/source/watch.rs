@@ -15,8 +15,10 @@ use std::collections::HashSet;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use notify::event::{AccessKind, AccessMode, ModifyKind, RenameMode};
 use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher};
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
@@ -30,7 +32,8 @@ use super::{ManifestProblem, ManifestSet, ProblemKind};
 /// The kubelet's `fileCheckFrequency` default.
 pub const DEFAULT_RESYNC: Duration = Duration::from_secs(20);
 
-/// How long a burst of file events may last before the rescan (editors write in several steps).
+/// How long a burst of file events may last before the rescan (editors write in several steps),
+/// unless an event says a write is complete.
 const SETTLE: Duration = Duration::from_millis(50);
 /// Longest a stream of events may postpone the rescan.
 const MAX_SETTLE: Duration = Duration::from_secs(1);
@@ -52,12 +55,12 @@ pub async fn watch_dir(
     cancel: CancellationToken,
 ) -> Option<watch::Receiver<ManifestSet>> {
     // Watch first, then scan: a change between the two is then seen by both, never by neither.
-    // A Notify coalesces any burst of inotify events (and late parse results) into one wake-up.
-    let events = Arc::new(Notify::new());
+    // One wake-up for any burst of inotify events (and late parse results).
+    let events = Arc::new(Wake::default());
     let mut dir_watch = DirWatch { dir: dir.clone(), events: events.clone(), current: None };
     dir_watch.ensure();
     let wake = events.clone();
-    let parser = Parser::new(&node_name).on_late_result(move || wake.notify_one());
+    let parser = Parser::new(&node_name).on_late_result(move || wake.complete());
     let first = loop {
         match scan(&parser, &dir, ManifestSet::default(), &cancel).await {
             Scan::Done(set) => break set,
@@ -75,6 +78,32 @@ pub async fn watch_dir(
     let (tx, rx) = watch::channel(first);
     tokio::spawn(run(dir, resync, cancel, tx, dir_watch, events, parser));
     Some(rx)
+}
+
+/// Wakes the rescan loop. `complete` is set by events after which the file is whole (a writer
+/// closed it, a rename put it in place, it was removed, a late parse finished): the rescan then
+/// runs at once instead of waiting for the burst to settle, which would cost every pod start
+/// [`SETTLE`]. Events of a write still going on (create, modify) only wake the settle wait.
+#[derive(Default)]
+struct Wake {
+    notify: Notify,
+    complete: AtomicBool,
+}
+
+impl Wake {
+    fn in_progress(&self) {
+        self.notify.notify_one();
+    }
+
+    fn complete(&self) {
+        self.complete.store(true, Ordering::Release);
+        self.notify.notify_one();
+    }
+
+    /// Whether a complete event came since the last call.
+    fn take_complete(&self) -> bool {
+        self.complete.swap(false, Ordering::AcqRel)
+    }
 }
 
 enum Scan {
@@ -108,7 +137,7 @@ async fn run(
     cancel: CancellationToken,
     tx: watch::Sender<ManifestSet>,
     mut dir_watch: DirWatch,
-    events: Arc<Notify>,
+    events: Arc<Wake>,
     parser: Parser,
 ) {
     let mut ticker = tokio::time::interval(resync.max(Duration::from_millis(10)));
@@ -118,15 +147,16 @@ async fn run(
         tokio::select! {
             _ = cancel.cancelled() => return,
             _ = ticker.tick() => {}
-            _ = events.notified() => {
-                // Let the burst settle, so one save is one rescan (but never wait past MAX_SETTLE).
+            _ = events.notify.notified() => {
+                // Let a write in progress settle, so one save is one rescan (but never wait past
+                // MAX_SETTLE); a complete write is read at once.
                 let deadline = tokio::time::Instant::now() + MAX_SETTLE;
-                loop {
+                while !events.take_complete() {
                     tokio::select! {
                         _ = cancel.cancelled() => return,
                         _ = tokio::time::sleep(SETTLE) => break,
                         _ = tokio::time::sleep_until(deadline) => break,
-                        _ = events.notified() => {}
+                        _ = events.notify.notified() => {}
                     }
                 }
             }
@@ -156,7 +186,7 @@ async fn run(
 /// The inotify watch on the directory, tied to the directory's identity (device, inode).
 struct DirWatch {
     dir: PathBuf,
-    events: Arc<Notify>,
+    events: Arc<Wake>,
     current: Option<(RecommendedWatcher, (u64, u64))>,
 }
 
@@ -187,8 +217,10 @@ impl DirWatch {
         let events = self.events.clone();
         let dir = self.dir.clone();
         let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-            if matters(&dir, &event) {
-                events.notify_one();
+            match matters(&dir, &event) {
+                Some(Change::Complete) => events.complete(),
+                Some(Change::InProgress) => events.in_progress(),
+                None => {}
             }
         })?;
         watcher.watch(&self.dir, RecursiveMode::NonRecursive)?;
@@ -196,17 +228,32 @@ impl DirWatch {
     }
 }
 
-/// Whether an event can change the set: not our own reads (inotify reports opens), and not
-/// files that are not manifests (an editor's swap file is written every few seconds).
-fn matters(dir: &Path, event: &notify::Result<notify::Event>) -> bool {
-    let Ok(event) = event else { return true }; // e.g. queue overflow: rescan to be safe
-    if matches!(event.kind, EventKind::Access(_)) {
-        return false;
-    }
-    event.paths.is_empty()
+/// What an event says about the directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Change {
+    /// A file may be half written (created, modified): wait for the burst to settle.
+    InProgress,
+    /// The file is whole or gone: rescan now.
+    Complete,
+}
+
+/// Whether an event can change the set, and how: not our own reads (inotify reports opens and
+/// closes of files only read), and not files that are not manifests (an editor's swap file is
+/// written every few seconds).
+pub(super) fn matters(dir: &Path, event: &notify::Result<notify::Event>) -> Option<Change> {
+    let Ok(event) = event else { return Some(Change::Complete) }; // e.g. queue overflow: rescan
+    let change = match event.kind {
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) => Change::Complete,
+        EventKind::Access(_) => return None,
+        EventKind::Create(_) | EventKind::Modify(ModifyKind::Data(_) | ModifyKind::Any) => Change::InProgress,
+        EventKind::Modify(ModifyKind::Name(RenameMode::Any | RenameMode::Other)) => Change::InProgress,
+        _ => Change::Complete, // renamed in or out, removed, chmod, unknown
+    };
+    let relevant = event.paths.is_empty()
         || event.paths.iter().any(|p| {
             p == dir || p.parent() != Some(dir) || p.file_name().is_some_and(|n| manifest_name(n).is_ok())
-        })
+        });
+    relevant.then_some(change)
 }
 
 /// Logs the problems of `next` that `previous` did not have.

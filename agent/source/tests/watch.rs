@@ -97,3 +97,37 @@ async fn watch_finds_a_directory_created_later_and_stops_on_cancel() {
     let closed = tokio::time::timeout(DEADLINE, async { while rx.changed().await.is_ok() {} }).await;
     assert!(closed.is_ok(), "the channel closes after cancel");
 }
+
+#[test]
+fn only_events_of_a_whole_file_skip_the_settle_wait() {
+    use crate::source::watch::{Change, matters};
+    use notify::event::{
+        AccessKind, AccessMode, CreateKind, DataChange, MetadataKind, ModifyKind, RemoveKind, RenameMode,
+    };
+    use notify::{Event, EventKind};
+    let dir = Path::new("/etc/crilet/manifests");
+    let cases: &[(EventKind, &str, Option<Change>)] = &[
+        (EventKind::Create(CreateKind::File), "web.yaml", Some(Change::InProgress)),
+        (EventKind::Modify(ModifyKind::Data(DataChange::Any)), "web.yaml", Some(Change::InProgress)),
+        (EventKind::Access(AccessKind::Close(AccessMode::Write)), "web.yaml", Some(Change::Complete)),
+        (EventKind::Modify(ModifyKind::Name(RenameMode::To)), "web.yaml", Some(Change::Complete)),
+        (EventKind::Modify(ModifyKind::Name(RenameMode::From)), "web.yaml", Some(Change::Complete)),
+        (EventKind::Remove(RemoveKind::File), "web.yaml", Some(Change::Complete)),
+        (
+            EventKind::Modify(ModifyKind::Metadata(MetadataKind::Permissions)),
+            "web.yaml",
+            Some(Change::Complete),
+        ),
+        // Our own reads, and files that are not manifests, change nothing.
+        (EventKind::Access(AccessKind::Close(AccessMode::Read)), "web.yaml", None),
+        (EventKind::Access(AccessKind::Open(AccessMode::Any)), "web.yaml", None),
+        (EventKind::Access(AccessKind::Close(AccessMode::Write)), ".web.yaml.swp", None),
+        (EventKind::Modify(ModifyKind::Data(DataChange::Any)), "notes.txt", None),
+    ];
+    for (kind, file, want) in cases {
+        let event = Ok(Event::new(*kind).add_path(dir.join(file)));
+        assert_eq!(matters(dir, &event), *want, "{kind:?} on {file}");
+    }
+    let overflow: notify::Result<Event> = Err(notify::Error::generic("queue overflow"));
+    assert_eq!(matters(dir, &overflow), Some(Change::Complete), "an error rescans at once");
+}
