@@ -6,6 +6,8 @@ pub mod context;
 pub mod cri;
 pub mod expand;
 pub mod health;
+pub mod logrotate;
+pub mod metrics;
 pub mod model;
 pub mod node;
 pub mod pleg;
@@ -15,6 +17,8 @@ pub mod probe;
 pub mod registry;
 pub mod source;
 pub mod status;
+pub mod systemd;
+pub mod timeline;
 
 pub mod proto {
     //! The generated control API (`proto/crilet/v1`).

@@ -35,6 +35,9 @@ enum Command {
     Run(RunArgs),
     /// Check the node before running the agent (same flags as `run`); exits 1 if a check fails.
     Preflight(RunArgs),
+    /// Check manifest files or directories as the agent would, without an agent; exits 1 on
+    /// an error.
+    Validate(crilet::cli::validate::ValidateArgs),
     #[command(flatten)]
     Client(crilet::cli::CliCommand),
 }
@@ -68,6 +71,19 @@ struct RunArgs {
     /// Node name [default: the hostname]
     #[arg(long)]
     node_name: Option<String>,
+    /// Rotate a container's log file once it reaches this size (a quantity) [default: 10Mi]
+    #[arg(long)]
+    container_log_max_size: Option<String>,
+    /// Log files kept per container, the current one included (2 or more) [default: 5]
+    #[arg(long)]
+    container_log_max_files: Option<i64>,
+    /// How often container logs are checked for rotation (e.g. 10s, 500ms) [default: 10s]
+    #[arg(long)]
+    container_log_monitor_interval: Option<String>,
+    /// Serve Prometheus /metrics and /healthz over plain HTTP on HOST:PORT (use a loopback
+    /// address); empty for none [default: none]
+    #[arg(long)]
+    metrics_bind_address: Option<String>,
     /// A YAML file holding the same settings (flags win)
     #[arg(long)]
     #[serde(skip)]
@@ -91,6 +107,11 @@ impl RunArgs {
             self.container_logs_dir = self.container_logs_dir.or(file.container_logs_dir);
             self.control_socket = self.control_socket.or(file.control_socket);
             self.node_name = self.node_name.or(file.node_name);
+            self.metrics_bind_address = self.metrics_bind_address.or(file.metrics_bind_address);
+            self.container_log_max_size = self.container_log_max_size.or(file.container_log_max_size);
+            self.container_log_max_files = self.container_log_max_files.or(file.container_log_max_files);
+            self.container_log_monitor_interval =
+                self.container_log_monitor_interval.or(file.container_log_monitor_interval);
         }
         let runtime = self
             .container_runtime_endpoint
@@ -112,6 +133,12 @@ impl RunArgs {
             },
             control_socket: self.control_socket.unwrap_or_else(|| "/run/crilet/crilet.sock".into()),
             node_name,
+            metrics_bind_address: self.metrics_bind_address.filter(|a| !a.is_empty()),
+            log_rotation: crilet::logrotate::Policy::parse(
+                self.container_log_max_size.as_deref(),
+                self.container_log_max_files,
+                self.container_log_monitor_interval.as_deref(),
+            )?,
         })
     }
 }
@@ -125,6 +152,9 @@ struct Settings {
     container_logs_dir: Option<PathBuf>,
     control_socket: PathBuf,
     node_name: String,
+    /// `HOST:PORT` of /metrics and /healthz, if any.
+    metrics_bind_address: Option<String>,
+    log_rotation: crilet::logrotate::Policy,
 }
 
 /// The node's primary IPv4 address: the first non-loopback address of an interface that is up
@@ -177,8 +207,10 @@ async fn wait_for_runtime(
 async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
     let s = args.resolve()?;
     let cancel = CancellationToken::new();
+    let service = crilet::systemd::Notifier::from_env();
     {
         let cancel = cancel.clone();
+        let service = service.clone();
         tokio::spawn(async move {
             use tokio::signal::unix::{SignalKind, signal};
             let (Ok(mut term), Ok(mut int)) =
@@ -188,6 +220,7 @@ async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
             };
             tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
             info!("stopping the agent; containers keep running");
+            service.stopping();
             cancel.cancel();
         });
     }
@@ -195,7 +228,15 @@ async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&s.pod_logs_dir)
         .with_context(|| format!("creating {}", s.pod_logs_dir.display()))?;
 
+    let registry = Registry::default();
+    // Bound before anything else waits, so a bad address stops the agent at once; /healthz
+    // answers (500) while the runtime is awaited.
+    if let Some(address) = &s.metrics_bind_address {
+        let listener = crilet::metrics::server::bind(address)?;
+        tokio::spawn(crilet::metrics::server::serve(listener, registry.clone(), cancel.clone()));
+    }
     let cri = CriClient::new(&s.runtime_endpoint, &s.image_endpoint).context("configuring the CRI client")?;
+    service.starting("waiting for the runtime");
     let Some(runtime) = wait_for_runtime(&cri, &s.runtime_endpoint, &cancel).await else { return Ok(()) };
 
     let host_dns =
@@ -208,7 +249,6 @@ async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
         host_ip: host_ip(),
         host_dns,
     };
-    let registry = Registry::default();
     let ctx = PodContext::new(cri.clone(), node, registry.clone());
     let pleg_state = std::sync::Arc::new(pleg::PlegState::default());
     let api_task = {
@@ -238,10 +278,12 @@ async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
         cancel.clone(),
     ));
     tokio::spawn(crilet::pod::cgroups::sweep_periodically(cri.clone(), cancel.clone()));
-    tokio::spawn(pleg::follow_events(cri.clone(), wakers.clone(), pleg_state, cancel.clone()));
+    tokio::spawn(crilet::logrotate::run(cri.clone(), s.pod_logs_dir.clone(), s.log_rotation, cancel.clone()));
+    tokio::spawn(pleg::follow_events(cri.clone(), wakers.clone(), pleg_state.clone(), cancel.clone()));
 
     // The first scan runs on a thread of its own, never on a runtime worker, and waits a bounded
     // time for each file: a bad file is reported and never holds up the others.
+    service.starting("loading manifests");
     let manifests = source::watch_dir(
         s.manifest_dir.clone(),
         s.node_name.clone(),
@@ -253,10 +295,17 @@ async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
     info!(dir = %s.manifest_dir.display(), pods = initial.pods.len(), problems = initial.problems.len(), "manifests loaded");
     let mut sup = Supervisor::new(ctx, wakers, cancel.clone());
     sup.apply(&initial);
+    service.starting(&crilet::systemd::first_sync(initial.pods.len()));
     sup.reap_orphans(&initial, &s.manifest_dir).await;
     sup.wait_first_syncs(Duration::from_secs(60)).await;
-    // Type=notify: ready once the first sync of every pod is done.
-    let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]);
+    // Type=notify: ready once the first sync of every pod is done; then STATUS and the watchdog.
+    service.ready();
+    let view = crilet::systemd::NodeView {
+        registry: registry.clone(),
+        runtime: format!("{} {}", runtime.name, runtime.version),
+        pleg: pleg_state,
+    };
+    tokio::spawn(service.report(view, cancel.clone()));
     info!("first sync done; agent ready");
     sup.run(manifests).await;
     let _ = pleg_task.await;
@@ -303,6 +352,7 @@ async fn main() {
     let result = match cli.command {
         Command::Run(args) => run_agent(args).await,
         Command::Preflight(args) => std::process::exit(preflight(args).await),
+        Command::Validate(args) => std::process::exit(crilet::cli::validate::run(&args)),
         Command::Client(cmd) => {
             if let Err(e) = crilet::cli::run(cmd).await {
                 crilet::cli::print_error(&e);

@@ -65,6 +65,9 @@ impl PlegState {
 
     fn set_following(&self, on: bool) {
         self.following.store(on, Ordering::Relaxed);
+        if on {
+            crate::metrics::get().evented_connected();
+        }
         // Whatever happened while the stream was down (or before it was subscribed) is found
         // by a relist now rather than at the next tick.
         self.relist_now.notify_one();
@@ -158,6 +161,9 @@ pub async fn follow_events(cri: CriClient, wakers: Wakers, pleg: Arc<PlegState>,
     let mut told_unavailable = false;
     loop {
         let ended = follow_once(&cri, &wakers, &pleg, &cancel).await;
+        if ended != Ended::Cancelled {
+            crate::metrics::get().evented_connection_error();
+        }
         if pleg.following.load(Ordering::Relaxed) {
             pleg.set_following(false);
         }
@@ -258,6 +264,7 @@ fn on_event(wakers: &Wakers, pleg: &PlegState, ev: &api::ContainerEventResponse)
     pleg.events_received.fetch_add(1, Ordering::Relaxed);
     let kind =
         api::ContainerEventType::try_from(ev.container_event_type).map_or("unknown", |k| k.as_str_name());
+    crate::metrics::get().cri_event(kind, ev.created_at);
     match event_uid(ev) {
         Some(uid) => {
             debug!(uid = %uid, container = %ev.container_id, kind, "CRI event");
@@ -307,9 +314,11 @@ pub async fn run(
             _ = tick.tick() => {}
             _ = pleg.relist_now.notified() => tick.reset(),
         }
+        let timer = crate::metrics::get().relist_started();
         let (sandboxes, containers) = match list_all_watched(&cri, &registry).await {
             Ok(v) => v,
             Err(e) => {
+                crate::metrics::get().relist_failed(timer);
                 if !failing {
                     warn!(error = %e, "relist failed; the runtime may be restarting");
                 }
@@ -318,6 +327,7 @@ pub async fn run(
                 continue;
             }
         };
+        crate::metrics::get().relisted(timer, &sandboxes, &containers);
         registry.runtime_available();
         registry.liveness().relist_answered();
         if failing {

@@ -1,6 +1,6 @@
 //! What the agent currently knows about each pod, for the control API: the pod (spec + computed
-//! status), where it came from, a bounded log of events, and whether the container runtime
-//! answers. Pod workers and the PLEG write; the API reads.
+//! status), where it came from, a bounded log of events, each pod's lifecycle timeline, and
+//! whether the container runtime answers. Pod workers and the PLEG write; the API reads.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, RwLock};
@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::{Pod, PodCondition};
 use tokio::sync::{Notify, broadcast};
 
 use crate::model::PodKey;
+use crate::timeline::{Step, Timeline};
 
 /// How many events the agent keeps in memory (oldest dropped first).
 const EVENT_CAPACITY: usize = 2000;
@@ -76,6 +77,8 @@ struct Inner {
     wakers: Mutex<BTreeMap<PodKey, Arc<Notify>>>,
     runtime: Mutex<RuntimeHealth>,
     liveness: crate::health::Liveness,
+    /// Each pod's lifecycle steps, for `describe` (dropped with the pod).
+    timelines: Mutex<BTreeMap<PodKey, Timeline>>,
 }
 
 impl Default for Registry {
@@ -90,6 +93,7 @@ impl Default for Registry {
                 wakers: Mutex::default(),
                 runtime: Mutex::default(),
                 liveness: crate::health::Liveness::default(),
+                timelines: Mutex::default(),
             }),
         }
     }
@@ -111,6 +115,21 @@ impl Registry {
         if let Ok(mut c) = self.inner.external_conditions.write() {
             c.remove(key);
         }
+        if let Ok(mut t) = self.inner.timelines.lock() {
+            t.remove(key);
+        }
+    }
+
+    /// Adds a lifecycle step of one container of the pod (`None`: of the pod itself).
+    pub fn add_step(&self, pod: &PodKey, container: Option<&str>, step: Step) {
+        if let Ok(mut t) = self.inner.timelines.lock() {
+            t.entry(pod.clone()).or_default().add(container, step);
+        }
+    }
+
+    /// The pod's lifecycle steps: the pod's own, then each container's, in time order.
+    pub fn timeline(&self, pod: &PodKey) -> Vec<(Option<String>, Step)> {
+        self.inner.timelines.lock().ok().and_then(|t| t.get(pod).map(Timeline::entries)).unwrap_or_default()
     }
 
     pub fn pod(&self, key: &PodKey) -> Option<PodRecord> {

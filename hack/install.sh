@@ -4,6 +4,9 @@
 # Usage: cargo build --release && hack/install.sh
 #   installs target/release/crilet   -> /usr/local/bin/crilet (0755)
 #            systemd/crilet.service  -> /etc/systemd/system/crilet.service (0644)
+#            systemd/config.yaml     -> /etc/crilet/config.yaml (0644; every setting commented
+#                                       out at its default), ONLY if that file does not exist:
+#                                       a config already there is never overwritten
 #   creates  /etc/crilet/manifests (0755: crilet refuses group/other-writable manifest dirs)
 #   then `systemctl daemon-reload && systemctl enable crilet.service` if systemd is PID 1,
 #   otherwise prints those commands instead. It does not start the service.
@@ -14,6 +17,7 @@ set -euo pipefail
 
 BIN="${CRILET_BIN:-${CARGO_TARGET_DIR:-$REPO_ROOT/target}/release/crilet}"
 UNIT="$REPO_ROOT/systemd/crilet.service"
+CONFIG="$REPO_ROOT/systemd/config.yaml"
 DESTDIR="${DESTDIR:-}"
 
 [ -x "$BIN" ] || die "no crilet binary at $BIN (run: cargo build --release)"
@@ -25,6 +29,14 @@ install -d -m 0755 "$DESTDIR/etc/crilet" "$DESTDIR/etc/crilet/manifests"
 # install -d leaves an existing directory's mode alone; the agent would refuse a loose one.
 chmod 0755 "$DESTDIR/etc/crilet" "$DESTDIR/etc/crilet/manifests"
 log "installed $DESTDIR/usr/local/bin/crilet, $DESTDIR/etc/systemd/system/crilet.service, $DESTDIR/etc/crilet/manifests"
+# The unit runs `crilet run --config /etc/crilet/config.yaml`: the file must exist, and it is
+# the user's once it does (a symlink or anything else already there counts as existing).
+if [ -e "$DESTDIR/etc/crilet/config.yaml" ] || [ -L "$DESTDIR/etc/crilet/config.yaml" ]; then
+    log "kept $DESTDIR/etc/crilet/config.yaml (never overwritten; the defaults are in $CONFIG)"
+else
+    install -m 0644 "$CONFIG" "$DESTDIR/etc/crilet/config.yaml"
+    log "installed $DESTDIR/etc/crilet/config.yaml (every setting commented out at its default)"
+fi
 
 if [ -z "$DESTDIR" ] && systemd_is_init; then
     systemctl daemon-reload

@@ -114,7 +114,7 @@ impl Recorder {
 }
 
 /// The `StopContainer` timeouts the agent used for `pod` (ns/name), by container, from its log
-/// line "stopping container … container=C grace_s=N" (the only place the timeout is visible
+/// line "stopping container … container=C timeout_s=N" (the only place the timeout is visible
 /// without a CRI proxy). The last value per container wins.
 fn stop_graces(a: &Agent, pod: &str) -> BTreeMap<String, u64> {
     let text = std::fs::read_to_string(&a.log_file).unwrap_or_default();
@@ -127,7 +127,7 @@ fn stop_graces(a: &Agent, pod: &str) -> BTreeMap<String, u64> {
         if field("pod").as_deref() != Some(pod) {
             continue;
         }
-        if let (Some(c), Some(g)) = (field("container"), field("grace_s").and_then(|g| g.parse().ok())) {
+        if let (Some(c), Some(g)) = (field("container"), field("timeout_s").and_then(|g| g.parse().ok())) {
             out.insert(c, g);
         }
     }

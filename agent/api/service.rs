@@ -134,6 +134,16 @@ fn event_to_proto(e: &Event) -> proto::Event {
     }
 }
 
+fn step_to_proto((container, step): &(Option<String>, crate::timeline::Step)) -> proto::TimelineStep {
+    proto::TimelineStep {
+        time: step.time.to_string(),
+        container: container.clone().unwrap_or_default(),
+        step: step.kind.label().to_string(),
+        container_id: step.container_id.clone(),
+        detail: step.detail.clone(),
+    }
+}
+
 /// Whether a live event is already represented in the backlog a watcher was sent: the backlog
 /// was read after subscribing, so it may hold the same event, or a later repeat of it (repeats
 /// bump the count and time of the newest matching event in place).
@@ -190,7 +200,8 @@ impl Control for ControlService {
         let events = self.registry.events(Some(&key)).iter().map(event_to_proto).collect();
         let runtime = Some(health_to_proto(&self.registry.runtime_health()));
         let pod = Some(record_to_proto(&key, &record)?);
-        Ok(Response::new(proto::GetPodResponse { pod, events, runtime }))
+        let timeline = self.registry.timeline(&key).iter().map(step_to_proto).collect();
+        Ok(Response::new(proto::GetPodResponse { pod, events, runtime, timeline }))
     }
 
     type ListEventsStream = ReceiverStream<Result<proto::Event, Status>>;

@@ -121,6 +121,7 @@ pub(super) async fn describe(a: DescribeArgs) -> anyhow::Result<()> {
             warnings: &record.warnings,
             events: &events,
             runtime: response.runtime.as_ref(),
+            timeline: &response.timeline,
         };
         texts.push(describe_pod(&input, Timestamp::now(), &tz));
     }

@@ -1,7 +1,7 @@
 //! `crilet describe pod`: a port of kubectl's `describePod` layout (same sections, order, labels
 //! and alignment), plus what only crilet knows: the manifest file, the manifest's warnings, and
-//! (only while it is so) that the container runtime is unavailable.
-//! Container sections live in `describe_containers.rs`.
+//! (only while it is so) that the container runtime is unavailable, and the lifecycle timeline
+//! the agent recorded (`describe_timeline.rs`). Container sections live in `describe_containers.rs`.
 
 use std::collections::BTreeMap;
 
@@ -10,10 +10,11 @@ use jiff::tz::TimeZone;
 use k8s_openapi::api::core::v1::{Pod, Toleration};
 
 use super::describe_containers::{describe_containers, describe_volumes};
+use super::describe_timeline::pod_termination;
 use super::events::{EventView, interval};
 use super::format::{rfc1123z, s, since};
 use super::tabwriter::{self, DESCRIBE};
-use crate::proto::RuntimeHealth;
+use crate::proto::{RuntimeHealth, TimelineStep};
 
 /// Everything `describe` shows about one pod.
 pub(crate) struct DescribeInput<'a> {
@@ -23,6 +24,8 @@ pub(crate) struct DescribeInput<'a> {
     pub events: &'a [EventView],
     /// The runtime's health as the agent sees it (`None`: the agent did not say).
     pub runtime: Option<&'a RuntimeHealth>,
+    /// The lifecycle steps the agent recorded (the pod's, then each container's).
+    pub timeline: &'a [TimelineStep],
 }
 
 /// Text under construction, written like kubectl's `PrefixWriter` (two spaces per level, cells
@@ -117,13 +120,15 @@ pub(crate) fn describe_pod(input: &DescribeInput<'_>, now: Timestamp, tz: &TimeZ
     if !s(&status.nominated_node_name).is_empty() {
         w.w(0, &format!("NominatedNodeName:\t{}\n", s(&status.nominated_node_name)));
     }
+    // Tab-free lines, just above the containers, so the fields above keep their alignment.
+    pod_termination(&mut w, input.timeline, tz, now);
     let init = spec.init_containers.clone().unwrap_or_default();
     if !init.is_empty() {
         let statuses = status.init_container_statuses.clone().unwrap_or_default();
-        describe_containers(&mut w, "Init Containers", &init, &statuses, pod, tz);
+        describe_containers(&mut w, "Init Containers", &init, &statuses, pod, (input.timeline, now), tz);
     }
     let statuses = status.container_statuses.clone().unwrap_or_default();
-    describe_containers(&mut w, "Containers", &spec.containers, &statuses, pod, tz);
+    describe_containers(&mut w, "Containers", &spec.containers, &statuses, pod, (input.timeline, now), tz);
     let conditions = status.conditions.clone().unwrap_or_default();
     let gates = spec.readiness_gates.clone().unwrap_or_default();
     if !gates.is_empty() {

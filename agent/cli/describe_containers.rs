@@ -1,6 +1,8 @@
 //! The container and volume sections of `describe pod`, ported from kubectl's
-//! `describeContainers` / `describeVolumes` (state, probes one-liners, environment, mounts).
+//! `describeContainers` / `describeVolumes` (state, probes one-liners, environment, mounts),
+//! each container followed by crilet's lifecycle timeline.
 
+use jiff::Timestamp;
 use jiff::tz::TimeZone;
 use k8s_openapi::api::core::v1::{
     Container, ContainerState, ContainerStatus, Pod, Probe, ResourceRequirements, Volume,
@@ -9,7 +11,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::describe::Doc;
+use super::describe_timeline::container_timeline;
 use super::format::{rfc1123z, s};
+use crate::proto::TimelineStep;
 
 /// One `Containers:` (or `Init Containers:`) section.
 pub(crate) fn describe_containers(
@@ -18,6 +22,7 @@ pub(crate) fn describe_containers(
     containers: &[Container],
     statuses: &[ContainerStatus],
     pod: &Pod,
+    (timeline, now): (&[TimelineStep], Timestamp),
     tz: &TimeZone,
 ) {
     let none = if containers.is_empty() { " <none>" } else { "" };
@@ -86,6 +91,7 @@ pub(crate) fn describe_containers(
             }
             w.w(3, &format!("{} from {} ({})\n", m.mount_path, m.name, flags.join(",")));
         }
+        container_timeline(w, timeline, &c.name, tz, now);
     }
 }
 

@@ -54,6 +54,7 @@ fn describe_running_pod() {
         warnings: &warnings,
         events: &events,
         runtime: None,
+        timeline: &[],
     };
     let want = "\
 Name:         web
@@ -135,7 +136,14 @@ fn describe_sparse_pod() {
                                                "imageID": "", "state": {"waiting": {"reason": "PodInitializing"}}}],
                    "containerStatuses": null},
     }));
-    let input = DescribeInput { pod: &p, manifest_file: "", warnings: &[], events: &[], runtime: None };
+    let input = DescribeInput {
+        pod: &p,
+        manifest_file: "",
+        warnings: &[],
+        events: &[],
+        runtime: None,
+        timeline: &[],
+    };
     let got = describe_pod(&input, now(), &TimeZone::UTC);
     let want = "\
 Name:                      web
@@ -232,8 +240,14 @@ fn describe_says_when_the_runtime_is_unavailable() {
         since: ago(12),
         last_error: "CRI ListPodSandbox for all pods failed: Unavailable: connection refused".into(),
     };
-    let input =
-        DescribeInput { pod: &p, manifest_file: "", warnings: &[], events: &events, runtime: Some(&down) };
+    let input = DescribeInput {
+        pod: &p,
+        manifest_file: "",
+        warnings: &[],
+        events: &events,
+        runtime: Some(&down),
+        timeline: &[],
+    };
     let got = describe_pod(&input, now(), &TimeZone::UTC);
     let lines: Vec<&str> = got.lines().collect();
     let status = lines.iter().position(|l| l.starts_with("Status:")).expect("a Status line");
@@ -249,6 +263,128 @@ fn describe_says_when_the_runtime_is_unavailable() {
     );
 
     let up = proto::RuntimeHealth { available: true, since: ago(3), last_error: String::new() };
-    let input = DescribeInput { pod: &p, manifest_file: "", warnings: &[], events: &[], runtime: Some(&up) };
+    let input = DescribeInput {
+        pod: &p,
+        manifest_file: "",
+        warnings: &[],
+        events: &[],
+        runtime: Some(&up),
+        timeline: &[],
+    };
     assert!(!describe_pod(&input, now(), &TimeZone::UTC).contains("Runtime:"), "said only while it is so");
+}
+
+fn step(ms_ago: i64, container: &str, name: &str, id: &str, detail: &str) -> proto::TimelineStep {
+    proto::TimelineStep {
+        time: (now() - jiff::SignedDuration::from_millis(ms_ago)).to_string(),
+        container: container.into(),
+        step: name.into(),
+        container_id: id.into(),
+        detail: detail.into(),
+    }
+}
+
+/// The lines of `text` from the one equal to `start` (trimmed) up to the next less indented one.
+fn section(text: &str, start: &str) -> Vec<String> {
+    let lines: Vec<&str> = text.lines().collect();
+    let Some(i) = lines.iter().position(|l| l.trim() == start) else { return Vec::new() };
+    let indent = |l: &str| l.len() - l.trim_start().len();
+    let base = indent(lines[i]);
+    let mut out = vec![lines[i].trim_end().to_string()];
+    out.extend(lines[i + 1..].iter().take_while(|l| indent(l) > base).map(|l| l.trim_end().to_string()));
+    out
+}
+
+#[test]
+fn lifecycle_timeline_cases() {
+    let id1 = "3f2a1b2c3d4e5f60718293a4b5c6d7e8";
+    let id2 = "99aa1b2c3d4e5f60718293a4b5c6d7e8";
+    let a_day_ago = 26 * 3600 * 1000;
+    // (name, steps, section title, want lines)
+    let cases: Vec<(&str, Vec<proto::TimelineStep>, &str, Vec<&str>)> = vec![
+        ("no steps: no section", vec![], "Timeline:", vec![]),
+        (
+            "no pod steps: no termination block",
+            vec![step(5_000, "app", "Created", id1, "")],
+            "Termination:",
+            vec![],
+        ),
+        (
+            "a container's life: deltas from the step before, the instance at Created",
+            vec![
+                step(60_000, "app", "Created", id1, "restart 0"),
+                step(59_900, "app", "Started", id1, ""),
+                step(56_900, "app", "Started=true", id1, "startup probe succeeded"),
+                step(54_900, "app", "Ready=true", id1, "readiness probe succeeded"),
+                step(20_000, "app", "Killing", id1, "Container app failed liveness probe, will be restarted"),
+                step(19_500, "app", "Exited", id1, "exit code 137 (Error)"),
+                step(19_000, "app", "Created", id2, "restart 1"),
+                step(5_000, "other", "Created", id2, "restart 0"),
+            ],
+            "Timeline:",
+            vec![
+                "    Timeline:",
+                "      11:59:00.000          Created       containerd://3f2a1b2c3d4e (restart 0)",
+                "      11:59:00.100  +0.1s   Started",
+                "      11:59:03.100  +3.0s   Started=true  startup probe succeeded",
+                "      11:59:05.100  +2.0s   Ready=true    readiness probe succeeded",
+                "      11:59:40.000  +34.9s  Killing       Container app failed liveness probe, will be restarted",
+                "      11:59:40.500  +0.5s   Exited        exit code 137 (Error)",
+                "      11:59:41.000  +0.5s   Created       containerd://99aa1b2c3d4e (restart 1)",
+            ],
+        ),
+        (
+            "a step of another day shows its date; long gaps in kubectl's units",
+            vec![step(a_day_ago, "app", "Created", id1, ""), step(1_000, "app", "Started", id1, "")],
+            "Timeline:",
+            vec![
+                "    Timeline:",
+                "      2024-05-05 10:00:00.000        Created  containerd://3f2a1b2c3d4e",
+                "      11:59:59.000             +25h  Started",
+            ],
+        ),
+        (
+            "a pod kill under way: the budget used so far",
+            vec![step(1_200, "", "Killing", "", "pod deleted; grace period 3s")],
+            "Termination:",
+            vec!["Termination:", "  11:59:58.800  Killing  pod deleted; grace period 3s (1.2s used so far)"],
+        ),
+        (
+            "a finished termination: the budget used",
+            vec![
+                step(9_000, "", "Killing", "", "pod deleted; grace period 3s"),
+                step(6_000, "", "Stopped", "", "pod deleted: all containers stopped in 3.0s of 3s grace"),
+            ],
+            "Termination:",
+            vec![
+                "Termination:",
+                "  11:59:51.000  Killing  pod deleted; grace period 3s",
+                "  11:59:54.000  Stopped  pod deleted: all containers stopped in 3.0s of 3s grace",
+            ],
+        ),
+    ];
+    let p = pod(json!({}));
+    for (name, steps, title, want) in cases {
+        let input = DescribeInput {
+            pod: &p,
+            manifest_file: "",
+            warnings: &[],
+            events: &[],
+            runtime: None,
+            timeline: &steps,
+        };
+        let got = describe_pod(&input, now(), &TimeZone::UTC);
+        assert_eq!(section(&got, title), want, "{name}:\n{got}");
+        if title == "Termination:" && !want.is_empty() {
+            let block = want.join("\n");
+            assert!(
+                got.contains(&format!("{block}\nContainers:\n")),
+                "{name}: just above the containers:\n{got}"
+            );
+            assert!(
+                got.contains("\nIP:           10.88.0.5\n"),
+                "{name}: the fields keep their alignment:\n{got}"
+            );
+        }
+    }
 }

@@ -3,6 +3,7 @@
 //! `--previous`) follows the kubelet's rules, lines are de-framed from the CRI format, and `-f`
 //! follows the running instance until it exits. The pod comes from the agent (`GetPod`).
 
+use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::MetadataExt;
@@ -23,6 +24,13 @@ const DEFAULT_CONTAINER_ANNOTATION: &str = "kubectl.kubernetes.io/default-contai
 const POLL: Duration = Duration::from_millis(200);
 /// Every this many polls, ask the agent whether the followed instance still runs.
 const STATUS_EVERY: u32 = 5;
+/// Polls without growth after which a rotated file counts as finished. The runtime can still
+/// write to the old file for a moment after the new one appears at the path: containerd creates
+/// the new file, switches its writer over, then closes the old writer, which flushes what it
+/// still holds.
+const ROTATED_QUIET_POLLS: u32 = 3;
+/// Output is written out in pieces of about this size.
+const OUT_CHUNK: usize = 64 * 1024;
 
 /// One record of a CRI log file: `<RFC3339Nano> <stdout|stderr> <P|F>[:tags] <content>`.
 #[derive(Debug, PartialEq, Eq)]
@@ -236,14 +244,14 @@ impl LogFile {
     }
 
     /// Prints every complete record up to the end of the file (and with `last`, an unterminated
-    /// final one); reports whether anything was read.
-    fn drain(&mut self, printer: &mut LogPrinter, last: bool) -> io::Result<bool> {
+    /// final one) to `out`; reports whether anything was read.
+    fn drain(&mut self, printer: &mut LogPrinter, last: bool, out: &mut dyn Write) -> io::Result<bool> {
         if self.reader.get_ref().metadata()?.len() < self.offset {
             // Truncated in place: start over, as the kubelet does.
             self.pending.clear();
             self.seek(0)?;
         }
-        let mut out = Vec::new();
+        let mut buf = Vec::new();
         let mut grew = false;
         loop {
             let n = self.reader.read_until(b'\n', &mut self.pending)?;
@@ -252,16 +260,86 @@ impl LogFile {
             if n == 0 || !self.pending.ends_with(b"\n") {
                 break;
             }
-            printer.push(&self.pending, &mut out);
+            printer.push(&self.pending, &mut buf);
             self.pending.clear();
+            if buf.len() >= OUT_CHUNK {
+                out.write_all(&std::mem::take(&mut buf))?;
+            }
         }
         if last && !self.pending.is_empty() {
-            printer.push(&std::mem::take(&mut self.pending), &mut out);
+            printer.push(&std::mem::take(&mut self.pending), &mut buf);
         }
-        let mut stdout = io::stdout().lock();
-        stdout.write_all(&out)?;
-        stdout.flush()?;
+        out.write_all(&buf)?;
+        out.flush()?;
         Ok(grew)
+    }
+}
+
+/// Follows a container's log path across rotations (renamed away, a new file opened at the same
+/// path): the files that held the path, oldest first. Only the oldest is read until a newer one
+/// exists and the oldest has stopped growing for [`ROTATED_QUIET_POLLS`] polls, so records the
+/// runtime wrote to the old file after the rename (before or just after its reopen) come out
+/// before the new file's, in the order they were written.
+pub(crate) struct Follower {
+    path: PathBuf,
+    files: VecDeque<LogFile>,
+    quiet: u32,
+}
+
+impl Follower {
+    fn new(path: PathBuf, current: LogFile) -> Self {
+        Self { path, files: VecDeque::from([current]), quiet: 0 }
+    }
+
+    /// One poll: notices a new file at the path, prints what is new in order; reports whether
+    /// anything was read.
+    pub(crate) fn poll(&mut self, printer: &mut LogPrinter, out: &mut dyn Write) -> io::Result<bool> {
+        self.notice_rotation();
+        let mut grew = false;
+        loop {
+            let newest = self.files.len() <= 1;
+            let Some(front) = self.files.front_mut() else { break };
+            let front_grew = front.drain(printer, false, out)?;
+            grew |= front_grew;
+            if newest || front_grew {
+                self.quiet = 0;
+                break;
+            }
+            self.quiet += 1;
+            if self.quiet < ROTATED_QUIET_POLLS {
+                break;
+            }
+            // Finished: its unterminated end (if any) will never be completed.
+            front.drain(printer, true, out)?;
+            self.files.pop_front();
+            self.quiet = 0;
+        }
+        Ok(grew)
+    }
+
+    /// Prints everything left in every file, in order (the followed instance has exited).
+    pub(crate) fn finish(&mut self, printer: &mut LogPrinter, out: &mut dyn Write) -> io::Result<()> {
+        self.notice_rotation();
+        for file in &mut self.files {
+            file.drain(printer, true, out)?;
+        }
+        self.files.clear();
+        Ok(())
+    }
+
+    /// Opens the file now at the path if it is not one already followed. The inode of what was
+    /// opened counts, as the path may have been rotated again in between.
+    fn notice_rotation(&mut self) {
+        let known = |files: &VecDeque<LogFile>, ino: u64| files.iter().any(|f| f.ino == ino);
+        match std::fs::metadata(&self.path) {
+            Ok(m) if !known(&self.files, m.ino()) => {}
+            _ => return,
+        }
+        if let Ok(f) = LogFile::open(&self.path) {
+            if !known(&self.files, f.ino) {
+                self.files.push_back(f);
+            }
+        }
     }
 }
 
@@ -303,9 +381,11 @@ async fn logs(args: LogsArgs) -> anyhow::Result<()> {
         .filter(|st| i64::from(st.restart_count) == i64::from(n))
         .and_then(|st| st.container_id);
     let follow_id = running_id.filter(|_| args.follow && !args.previous);
-    file.drain(&mut printer, follow_id.is_none())?;
+    // Without -f only the current file is read, as the kubelet serves it: rotated files are not.
+    file.drain(&mut printer, follow_id.is_none(), &mut io::stdout().lock())?;
     let Some(id) = follow_id else { return Ok(()) };
 
+    let mut follower = Follower::new(path, file);
     let mut polls = 0;
     let mut stopping = false;
     loop {
@@ -314,14 +394,9 @@ async fn logs(args: LogsArgs) -> anyhow::Result<()> {
         if !stopping && polls % STATUS_EVERY == 0 {
             stopping = !still_running(&mut client, &args, &name, &id).await;
         }
-        // A rotated file (renamed, a new one opened at the same path): finish the old one first.
-        if std::fs::metadata(&path).is_ok_and(|m| m.ino() != file.ino) {
-            file.drain(&mut printer, true)?;
-            file = LogFile::open(&path)?;
-        }
-        let grew = file.drain(&mut printer, false)?;
+        let grew = follower.poll(&mut printer, &mut io::stdout().lock())?;
         if stopping && !grew {
-            file.drain(&mut printer, true)?;
+            follower.finish(&mut printer, &mut io::stdout().lock())?;
             return Ok(());
         }
     }

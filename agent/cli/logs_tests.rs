@@ -133,3 +133,156 @@ fn log_file_choice() {
         assert_eq!(select_log_file(&files, st, previous, "app", "web"), want, "{name}");
     }
 }
+
+/// One step of a follow scenario in a temporary log directory (`0.log` is the followed path).
+#[derive(Clone, Copy)]
+enum Step {
+    /// Append CRI records with these payloads to a file (created if missing).
+    Write(&'static str, &'static [&'static str]),
+    /// Append an unterminated record.
+    WritePartial(&'static str, &'static str),
+    Rename(&'static str, &'static str),
+    Remove(&'static str),
+    /// Poll once; the payloads printed by that poll.
+    Poll(&'static [&'static str]),
+    /// The instance exited: what is left is printed.
+    Finish(&'static [&'static str]),
+}
+
+#[test]
+fn follow_across_rotations() {
+    use Step::*;
+    let quiet = ROTATED_QUIET_POLLS as usize;
+    let idle: Vec<Step> = vec![Poll(&[]); quiet - 1];
+    let scenarios: Vec<(&str, Vec<Step>)> = vec![
+        (
+            "no rotation: new records as they come",
+            vec![
+                Write("0.log", &["1", "2"]),
+                Poll(&["1", "2"]),
+                Poll(&[]),
+                Write("0.log", &["3"]),
+                Poll(&["3"]),
+            ],
+        ),
+        (
+            "records written to the renamed file after the new one appeared come first",
+            [
+                vec![Write("0.log", &["1"]), Poll(&["1"])],
+                vec![Rename("0.log", "0.log.20240506-120000"), Write("0.log", &["4"])],
+                vec![Write("0.log.20240506-120000", &["2", "3"]), Poll(&["2", "3"])],
+                idle.clone(),
+                vec![Poll(&["4"]), Write("0.log", &["5"]), Poll(&["5"])],
+            ]
+            .concat(),
+        ),
+        (
+            "the old file keeps growing for a while: the new one waits",
+            [
+                vec![Rename("0.log", "0.log.20240506-120000"), Write("0.log", &["b1"])],
+                vec![Write("0.log.20240506-120000", &["a1"]), Poll(&["a1"]), Poll(&[])],
+                vec![Write("0.log.20240506-120000", &["a2"]), Poll(&["a2"])],
+                idle.clone(),
+                vec![Poll(&["b1"])],
+            ]
+            .concat(),
+        ),
+        (
+            "rotated twice before the first rotated file was finished; then compressed away",
+            [
+                vec![Write("0.log", &["1"]), Poll(&["1"])],
+                vec![Rename("0.log", "0.log.20240506-120000"), Write("0.log", &["2"]), Poll(&[])],
+                vec![Rename("0.log", "0.log.20240506-120001"), Write("0.log", &["3"])],
+                // The first poll above counted towards the first rotated file's quiet polls.
+                vec![Remove("0.log.20240506-120000")],
+                vec![Poll(&[]); quiet - 2],
+                vec![Poll(&["2"])],
+                idle.clone(),
+                vec![Poll(&["3"])],
+            ]
+            .concat(),
+        ),
+        (
+            "the unterminated end of a finished rotated file is printed once it is finished",
+            [
+                vec![WritePartial("0.log", "torn"), Poll(&[])],
+                vec![Rename("0.log", "0.log.20240506-120000"), Write("0.log", &["next"])],
+                idle.clone(),
+                vec![Poll(&["torn", "next"])],
+            ]
+            .concat(),
+        ),
+        (
+            "the instance exits during a rotation: everything, in order",
+            vec![
+                Write("0.log", &["1"]),
+                Rename("0.log", "0.log.20240506-120000"),
+                Write("0.log", &["3"]),
+                Write("0.log.20240506-120000", &["2"]),
+                Finish(&["1", "2", "3"]),
+            ],
+        ),
+        (
+            "a failed reopen renamed the file back: the same file goes on",
+            vec![
+                Write("0.log", &["1"]),
+                Poll(&["1"]),
+                Rename("0.log", "0.log.20240506-120000"),
+                Poll(&[]),
+                Rename("0.log.20240506-120000", "0.log"),
+                Write("0.log", &["2"]),
+                Poll(&["2"]),
+            ],
+        ),
+    ];
+    for (name, steps) in scenarios {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("0.log");
+        std::fs::write(&path, "").expect("create 0.log");
+        let mut follower = Follower::new(path.clone(), LogFile::open(&path).expect("open 0.log"));
+        let mut printer = LogPrinter::new(false);
+        for (i, step) in steps.iter().enumerate() {
+            let append = |file: &str, text: String| {
+                use std::io::Write as _;
+                let mut f = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(dir.path().join(file))
+                    .expect("open for append");
+                f.write_all(text.as_bytes()).expect("append");
+            };
+            let mut out = Vec::new();
+            let want: &[&str] = match *step {
+                Write(file, payloads) => {
+                    append(
+                        file,
+                        payloads.iter().map(|p| format!("2024-05-06T12:00:00Z stdout F {p}\n")).collect(),
+                    );
+                    continue;
+                }
+                WritePartial(file, payload) => {
+                    append(file, format!("2024-05-06T12:00:00Z stdout F {payload}"));
+                    continue;
+                }
+                Rename(from, to) => {
+                    std::fs::rename(dir.path().join(from), dir.path().join(to)).expect("rename");
+                    continue;
+                }
+                Remove(file) => {
+                    std::fs::remove_file(dir.path().join(file)).expect("remove");
+                    continue;
+                }
+                Poll(want) => {
+                    follower.poll(&mut printer, &mut out).expect("poll");
+                    want
+                }
+                Finish(want) => {
+                    follower.finish(&mut printer, &mut out).expect("finish");
+                    want
+                }
+            };
+            let want: String = want.iter().map(|p| format!("{p}\n")).collect();
+            assert_eq!(String::from_utf8_lossy(&out), want, "{name}: step {i}");
+        }
+    }
+}

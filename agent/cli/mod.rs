@@ -2,11 +2,12 @@
 //! `set-condition`): each talks to the agent's control socket (`crate::api::connect`) and prints
 //! what kubectl would print for the same pods. The printers are pure functions in the sibling
 //! modules; this file holds the flags, the command dispatch and the error reporting.
-//! `preflight` is the exception: it checks the node before the agent runs (see that module).
+//! `preflight` and `validate` are the exceptions: they work without an agent (see those modules).
 
 mod commands;
 mod describe;
 mod describe_containers;
+mod describe_timeline;
 mod events;
 mod format;
 mod logs;
@@ -14,6 +15,7 @@ mod output;
 mod pods;
 pub mod preflight;
 mod tabwriter;
+pub mod validate;
 
 #[cfg(test)]
 mod fixtures;

@@ -90,14 +90,18 @@ impl CriClient {
     where
         F: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
-        match tokio::time::timeout(timeout + Duration::from_secs(1), fut).await {
+        let started = std::time::Instant::now();
+        let result = match tokio::time::timeout(timeout + Duration::from_secs(1), fut).await {
             Err(_) => Err(CriError::DeadlineExceeded { op, target: target.to_string(), timeout }),
             Ok(Err(status)) if status.code() == tonic::Code::DeadlineExceeded => {
                 Err(CriError::DeadlineExceeded { op, target: target.to_string(), timeout })
             }
             Ok(Err(status)) => Err(CriError::from_status(op, target, status)),
             Ok(Ok(resp)) => Ok(resp.into_inner()),
-        }
+        };
+        // Every unary CRI call passes here: kubelet_runtime_operations_* by method.
+        crate::metrics::get().runtime_operation(op, started.elapsed(), result.is_err());
+        result
     }
 
     /// `Version`: name and versions of the runtime.
@@ -397,13 +401,32 @@ impl CriClient {
         ignore_not_found(r.map(drop))
     }
 
+    /// `ReopenContainerLog`: the runtime opens the container's log path anew (after a rotation
+    /// renamed the file away) and writes there from now on.
+    pub async fn reopen_container_log(&self, id: &str) -> Result<(), CriError> {
+        let mut c = self.runtime.clone();
+        self.call(
+            "ReopenContainerLog",
+            id,
+            CALL_TIMEOUT,
+            c.reopen_container_log(req(
+                api::ReopenContainerLogRequest { container_id: id.to_string() },
+                CALL_TIMEOUT,
+            )),
+        )
+        .await
+        .map(drop)
+    }
+
     /// `GetContainerEvents`: the runtime's event stream (containerd 1.7+). The stream has no
     /// deadline; an `Unimplemented` error means the runtime has none (containerd 1.6).
     pub async fn container_events(&self) -> Result<tonic::Streaming<api::ContainerEventResponse>, CriError> {
         let mut c = self.runtime.clone();
-        c.get_container_events(api::GetEventsRequest {})
-            .await
-            .map(tonic::Response::into_inner)
+        let started = std::time::Instant::now();
+        let r = c.get_container_events(api::GetEventsRequest {}).await;
+        // A stream has no deadline, so it skips `call`; its opening is measured here.
+        crate::metrics::get().runtime_operation("GetContainerEvents", started.elapsed(), r.is_err());
+        r.map(tonic::Response::into_inner)
             .map_err(|s| CriError::from_status("GetContainerEvents", &self.endpoint, s))
     }
 

@@ -17,6 +17,7 @@ use super::spec::{
 use crate::cri::api;
 use crate::model::{ContainerState, DesiredPod, ObservedPod};
 use crate::status::StartError;
+use crate::timeline::{Step, StepKind};
 
 fn err(reason: &str, message: impl Into<String>) -> StartError {
     StartError { reason: reason.to_string(), message: message.into() }
@@ -191,6 +192,7 @@ pub async fn ensure_image(
         let _serial = ctx.pull_lock.lock().await;
         ctx.cri.pull_image(&image, Some(sandbox_config.clone())).await
     };
+    crate::metrics::get().image_pulled(&d.uid, started);
     match result {
         Ok(_) => {
             if let Ok(mut b) = ctx.image_backoff.lock() {
@@ -372,16 +374,28 @@ pub async fn start_container(ctx: &Shared, req: &StartRequest<'_>) -> Result<Str
             err("CreateContainerError", e.to_string())
         })?;
     ctx.normal(&d.key, name, "Created", format!("Created container: {}", c.name));
+    ctx.registry.add_step(
+        &d.key,
+        name,
+        Step::now(StepKind::Created, &id, format!("restart {restart_count}")),
+    );
     if let Err(e) = ctx.cri.start_container(&id).await {
         ctx.warning(&d.key, name, "Failed", format!("Error: {e}"));
         return Err(err("RunContainerError", e.to_string()));
     }
     ctx.normal(&d.key, name, "Started", format!("Started container {}", c.name));
+    ctx.registry.add_step(&d.key, name, Step::now(StepKind::Started, &id, ""));
+    crate::metrics::get().container_started(&d.key, &c.name, restart_count);
     link_legacy_log(ctx, d, &c.name, &id, &log_dir.join(format!("{restart_count}.log")));
     if let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
         if let Err(msg) = run_handler(&ctx.cri, &id, c, hook, req.pod_ips.first().map(String::as_str)).await {
             tracing::warn!(pod = %d.key, container = %c.name, error = %msg, "postStart hook failed");
             ctx.warning(&d.key, name, "FailedPostStartHook", format!("PostStartHook failed: {msg}"));
+            ctx.registry.add_step(
+                &d.key,
+                name,
+                Step::now(StepKind::Killing, &id, format!("postStart hook failed: {msg}")),
+            );
             // R8.2: the container is killed through the normal path (preStop and grace).
             let grace = spec::termination_grace(&d.pod);
             super::terminate::kill_one(

@@ -17,6 +17,7 @@ use super::context::Shared;
 use super::hooks::run_handler;
 use super::plan::is_sidecar;
 use crate::model::{ContainerState, DesiredPod, ObservedContainer, ObservedPod, PodKey, keys};
+use crate::timeline::{Step, StepKind, budget_used, stopped_detail};
 
 /// R5.6: for each running container, the running containers it must outlive. Empty unless the
 /// pod has a sidecar. `running` holds container names.
@@ -72,8 +73,17 @@ fn whole_secs_up(left: Duration) -> Duration {
 /// `StopContainer` with the budget left until `deadline`, and SIGKILL (a second
 /// `StopContainer` with timeout 0, which containerd takes while the first still waits) at the
 /// deadline itself if the container has not exited by then.
-async fn stop_by_deadline(ctx: &Shared, id: &str, deadline: Instant) -> Result<(), crate::cri::CriError> {
-    let grace = whole_secs_up(deadline.saturating_duration_since(Instant::now()));
+async fn stop_by_deadline(
+    ctx: &Shared,
+    key: &PodKey,
+    name: &str,
+    id: &str,
+    deadline: Instant,
+) -> Result<(), crate::cri::CriError> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    let grace = whole_secs_up(left);
+    let left_ms = u64::try_from(left.as_millis()).unwrap_or(u64::MAX);
+    tracing::info!(pod = %key, container = %name, left_ms, timeout_s = grace.as_secs(), "stopping container");
     let stop = ctx.cri.stop_container(id, grace);
     tokio::pin!(stop);
     if grace.is_zero() {
@@ -110,23 +120,25 @@ async fn kill_with_deadline(
         let fallback = Container { name: name.clone(), ..Default::default() };
         let c = spec.clone().unwrap_or(fallback);
         let run = run_handler(&ctx.cri, &observed.id, &c, &hook, pod_ip.as_deref());
-        match tokio::time::timeout_at(deadline, run).await {
-            Ok(Ok(())) => {}
+        let began = Instant::now();
+        let outcome = match tokio::time::timeout_at(deadline, run).await {
+            Ok(Ok(())) => format!("preStop hook finished in {:.1}s", began.elapsed().as_secs_f64()),
             Ok(Err(msg)) => {
                 tracing::warn!(pod = %key, container = %name, error = %msg, "preStop hook failed");
                 ctx.warning(&key, Some(&name), "FailedPreStopHook", format!("PreStopHook failed: {msg}"));
+                format!("preStop hook failed: {msg}")
             }
             Err(_) => {
-                tracing::info!(pod = %key, container = %name, "preStop hook did not finish within the grace budget")
+                tracing::info!(pod = %key, container = %name, "preStop hook did not finish within the grace budget");
+                "preStop hook did not finish within the grace budget".to_string()
             }
-        }
+        };
+        ctx.registry.add_step(&key, Some(&name), Step::now(StepKind::PreStop, &observed.id, outcome));
     }
     for rx in &mut wait_for {
         let _ = tokio::time::timeout_at(deadline, rx.wait_for(|done| *done)).await;
     }
-    let left = deadline.saturating_duration_since(Instant::now());
-    tracing::info!(pod = %key, container = %name, grace_ms = left.as_millis() as u64, "stopping container");
-    match stop_by_deadline(&ctx, &observed.id, deadline).await {
+    match stop_by_deadline(&ctx, &key, &name, &observed.id, deadline).await {
         Ok(()) => true,
         Err(e) if e.is_not_found() => true,
         Err(e) => {
@@ -247,6 +259,10 @@ pub async fn kill_pod(
         .filter(|c| matches!(c.state, ContainerState::Running | ContainerState::Unknown))
         .collect();
     let names: Vec<String> = running.iter().map(|c| c.name.clone()).collect();
+    if !names.is_empty() {
+        let detail = format!("{reason}; grace period {}s", grace.as_secs());
+        ctx.registry.add_step(key, None, Step::now(StepKind::PodKilling, "", detail));
+    }
     let prereqs = stop_prerequisites(pod, &names);
     let mut done_tx: HashMap<String, watch::Sender<bool>> = HashMap::new();
     for n in &names {
@@ -262,6 +278,7 @@ pub async fn kill_pod(
             .filter_map(|p| done_tx.get(p).map(watch::Sender::subscribe))
             .collect();
         let Some(tx) = done_tx.get(&c.name).cloned() else { continue };
+        ctx.registry.add_step(key, Some(&c.name), Step::now(StepKind::Killing, &c.id, reason));
         let fut = kill_with_deadline(
             ctx.clone(),
             key.clone(),
@@ -295,7 +312,16 @@ pub async fn kill_pod(
         }
     }
     // The runtime's own SIGKILL takes a moment; anything beyond that is an overrun worth telling.
-    let over = Instant::now().saturating_duration_since(deadline);
+    let now = Instant::now();
+    let over = now.saturating_duration_since(deadline);
+    let used = budget_used(grace, deadline.saturating_duration_since(now), over);
+    if !names.is_empty() && all_stopped {
+        let detail = stopped_detail(reason, used, grace);
+        ctx.registry.add_step(key, None, Step::now(StepKind::PodStopped, "", detail.clone()));
+        if over <= Duration::from_secs(1) {
+            ctx.normal(key, None, "PodStopped", detail);
+        }
+    }
     if over > Duration::from_secs(1) {
         ctx.warning(
             key,

@@ -132,6 +132,12 @@ impl ProbeManager {
                     jitter: self.ctx.started.elapsed() < period,
                     results: self.results.clone(),
                     wake: self.wake.clone(),
+                    metrics: crate::metrics::ProbeSeries::new(
+                        kind.title(),
+                        &spec.name,
+                        &self.key,
+                        &observed.uid,
+                    ),
                 };
                 tokio::spawn(task.run(token.clone()));
                 self.tasks.insert(key, token);

@@ -33,6 +33,8 @@ pub struct ProbeTask {
     pub jitter: bool,
     pub results: Results,
     pub wake: Arc<Notify>,
+    /// This probe's `prober_probe_*` series.
+    pub metrics: crate::metrics::ProbeSeries,
 }
 
 impl ProbeTask {
@@ -89,6 +91,7 @@ impl ProbeTask {
                 pod_ip: self.pod_ip.as_deref(),
             };
             let mut attempt = Attempt::Error(String::new());
+            let began = std::time::Instant::now();
             for _ in 0..MAX_TRIES {
                 attempt = run(p, &target).await;
                 if !matches!(attempt, Attempt::Error(_)) {
@@ -106,6 +109,7 @@ impl ProbeTask {
                     );
                 }
                 Attempt::Done { outcome, output, warning } => {
+                    crate::metrics::get().probe(&self.metrics, outcome == Outcome::Success, began.elapsed());
                     if let Some(w) = warning {
                         self.ctx.warning(
                             &self.key,

@@ -99,11 +99,36 @@ pub(crate) fn load_dir_with(
         Err(e) => return refuse(format!("cannot list the manifest directory: {e}")),
     };
 
-    // Read every file first (cheap and bounded), then parse the texts in parallel.
     let canonical_dir = read::canonical(dir);
+    let outcomes = read_and_parse(parser, files.into_iter().map(|f| (f, canonical_dir.clone())), wait);
+    assemble(outcomes, previous)
+}
+
+/// Checks the files a user names, each as [`load_dir`] checks a file of the directory that holds
+/// it, whatever its name (it was named): entry type (symlinks must stay in that directory),
+/// permissions, size, parse and validation. Conflicts among them are resolved as within one
+/// directory. The directories themselves are not checked. For `crilet validate`.
+///
+/// Blocking, like [`load_dir`].
+pub fn load_files(files: &[PathBuf], node_name: &str) -> ManifestSet {
+    let entries = files.iter().map(|f| {
+        let parent = f.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        (f.clone(), read::canonical(parent))
+    });
+    let outcomes = read_and_parse(&Parser::new(node_name), entries, PARSE_DEADLINE);
+    assemble(outcomes, &ManifestSet::default())
+}
+
+/// Reads every file first (cheap and bounded), then parses the texts in parallel: each file's
+/// outcome. Each file comes with the canonical path of the directory it must stay in.
+fn read_and_parse(
+    parser: &Parser,
+    files: impl IntoIterator<Item = (PathBuf, Option<PathBuf>)>,
+    wait: Duration,
+) -> BTreeMap<PathBuf, Parsed> {
     let mut outcomes: BTreeMap<PathBuf, Parsed> = BTreeMap::new();
     let mut texts = Vec::new();
-    for file in files {
+    for (file, canonical_dir) in files {
         let refused =
             |reason: String| (Vec::new(), vec![ManifestProblem::file(ProblemKind::Error, &file, reason)]);
         match read::classify(&file, canonical_dir.as_deref()) {
@@ -125,7 +150,12 @@ pub(crate) fn load_dir_with(
         }
     }
     outcomes.extend(parser.parse_all(texts, wait));
+    outcomes
+}
 
+/// The set from each file's outcome: pods of files with errors that `previous` had are kept,
+/// then conflicts are resolved.
+fn assemble(outcomes: BTreeMap<PathBuf, Parsed>, previous: &ManifestSet) -> ManifestSet {
     let mut candidates: Vec<DesiredPod> = Vec::new();
     let mut problems = Vec::new();
     for (file, (pods, file_problems)) in outcomes {
@@ -163,7 +193,7 @@ fn manifest_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
 }
 
 /// Whether a directory entry's name is a manifest's, and if not, why.
-pub(super) fn manifest_name(name: &OsStr) -> Result<(), &'static str> {
+pub fn manifest_name(name: &OsStr) -> Result<(), &'static str> {
     let Some(name) = name.to_str() else { return Err("file name is not UTF-8") };
     if name.starts_with('.') {
         return Err("hidden file");

@@ -16,7 +16,8 @@
 //! (alias bombs), and `pool` parses each changed file on its own thread with a deadline and
 //! remembers outcomes by content, so one bad file never delays or hides the others.
 //!
-//! Layout: `dir` reads the directory once ([`load_dir`]), `parse` turns one file's text into
+//! Layout: `dir` reads the directory once ([`load_dir`]) or named files ([`load_files`], for
+//! `crilet validate`), `parse` turns one file's text into
 //! pods ([`parse_manifest`]), `allow` is the field allow-list, `defaults` and `validate` /
 //! `validate_container` do what the API server does, `names` and `quantity` are the value
 //! syntaxes, `uid` is [`pod_uid`], `watch` is [`watch_dir`].
@@ -46,7 +47,7 @@ mod watch;
 #[cfg(test)]
 mod tests;
 
-pub use dir::load_dir;
+pub use dir::{load_dir, load_files, manifest_name};
 pub use parse::parse_manifest;
 pub use uid::{UID_NAMESPACE, pod_uid};
 pub use watch::{DEFAULT_RESYNC, watch_dir};

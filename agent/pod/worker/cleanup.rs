@@ -17,7 +17,11 @@ impl Worker {
                 if self.ctx.cri.remove_container(&c.id).await.is_ok() {
                     self.acted = true;
                     if !c.log_path.is_empty() {
-                        let _ = std::fs::remove_file(&c.log_path);
+                        // The log and every file rotated from it, as the kubelet's log cleanup.
+                        let path = std::path::Path::new(&c.log_path);
+                        if let Err(e) = crate::logrotate::remove_container_logs(path) {
+                            debug!(path = %c.log_path, error = %e, "removing an old instance's logs failed");
+                        }
                     }
                     self.remove_legacy_link(&c.name, &c.id);
                 }

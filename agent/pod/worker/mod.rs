@@ -33,6 +33,7 @@ use crate::model::{ContainerState, DesiredPod, ObservedPod, ProbeState, SandboxS
 use crate::probe::manager::ProbeManager;
 use crate::registry::PodRecord;
 use crate::status::{StartError, StatusInput, compute};
+use crate::timeline::StepKind;
 
 /// Periodic resync even without any wake (R12.6: 1 min).
 const RESYNC: Duration = Duration::from_secs(60);
@@ -122,6 +123,7 @@ pub async fn run_worker(
     let saved_status = std::fs::read(status_path(&ctx, &initial.uid)).ok();
     let status: Option<PodStatus> = saved_status.as_deref().and_then(|b| serde_json::from_slice(b).ok());
     let kill_saved = crate::pod::terminate::saved_kill_path(&pod_dir(&ctx.node, &initial.uid)).exists();
+    crate::metrics::get().pod_seen(&initial.uid, status.as_ref());
     let mut w = Worker {
         ctx: ctx.clone(),
         desired: initial,
@@ -149,6 +151,9 @@ pub async fn run_worker(
                 Desire::Terminate { remove } => {
                     if w.terminate(remove, &cancel).await {
                         info!("pod terminated");
+                        let names: Vec<String> =
+                            all_containers(&w.desired.pod).into_iter().map(|(c, _)| c.name).collect();
+                        crate::metrics::get().forget_pod(&w.desired.key, &w.desired.uid, &names);
                         return;
                     }
                     if cancel.is_cancelled() {
@@ -330,6 +335,13 @@ impl Worker {
                 _ => grace,
             };
             self.killed_by_agent.insert(k.id.clone());
+            let new_image = self.update.as_ref().filter(|u| !u.done).and_then(|u| u.images.get(&k.name));
+            let why = crate::timeline::kill_why(&k.message, new_image.map(String::as_str));
+            ctx.registry.add_step(
+                &key,
+                Some(&k.name),
+                crate::timeline::Step::now(StepKind::Killing, &k.id, why),
+            );
             kill_one(&ctx, &self.desired, spec, &k.id, g, &k.message, pod_ip.as_deref()).await;
         }
 

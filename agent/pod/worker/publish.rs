@@ -62,6 +62,7 @@ impl Worker {
             status.message = Some("Pod was active on the node longer than the specified deadline".into());
         }
         pod.status = Some(status.clone());
+        crate::metrics::get().pod_published(&self.desired.uid, &pod);
         self.ctx.registry.put_pod(
             self.desired.key.clone(),
             PodRecord {
@@ -71,6 +72,12 @@ impl Worker {
             },
         );
         self.save_status(&status);
+        let now = jiff::Timestamp::now();
+        for (name, step) in
+            crate::timeline::status_steps(&self.desired.pod, self.status.as_ref(), &status, now)
+        {
+            self.ctx.registry.add_step(&self.desired.key, Some(&name), step);
+        }
         self.status = Some(status);
     }
 

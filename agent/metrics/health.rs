@@ -1,0 +1,25 @@
+//! The `/healthz` answer: the two heartbeats of [`crate::health::Liveness`] (the sync loop turns,
+//! the relist is answered) and the runtime health the PLEG reports. Pure.
+
+use crate::health::Unhealthy;
+use crate::registry::RuntimeHealth;
+
+/// The HTTP status and body of `/healthz`: `200 ok`, or `500` with one line per reason.
+pub fn healthz(
+    liveness: Result<(), Vec<Unhealthy>>,
+    runtime: &RuntimeHealth,
+    now: jiff::Timestamp,
+) -> (u16, String) {
+    let mut reasons: Vec<String> =
+        liveness.err().unwrap_or_default().iter().map(ToString::to_string).collect();
+    if !runtime.available {
+        let secs = now.duration_since(runtime.since).as_secs_f64().max(0.0);
+        reasons.push(format!("container runtime: unavailable for {secs:.0}s: {}", runtime.last_error));
+    }
+    if reasons.is_empty() {
+        return (200, "ok\n".to_string());
+    }
+    let mut body = reasons.join("\n");
+    body.push('\n');
+    (500, body)
+}

@@ -1,0 +1,187 @@
+//! crilet under test: a fresh agent per scenario (own manifest, root and log directories and
+//! control socket under the benchmark's temp dir), its manifests, its control socket, and what
+//! it costs (/proc/PID/status and /proc/PID/stat).
+
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crilet::cri::CriClient;
+use crilet::model::keys;
+use crilet::proto::{ListPodsRequest, VersionRequest, VersionResponse};
+
+/// The agent that runs now, whatever happens to the benchmark (the cleanup stops it).
+#[derive(Default)]
+pub struct Leftovers {
+    pub agent: Mutex<Option<(Child, PathBuf)>>,
+}
+
+pub struct Agent {
+    pub pid: u32,
+    pub dir: PathBuf,
+    pub manifests: PathBuf,
+    pub socket: PathBuf,
+    left: Arc<Leftovers>,
+}
+
+impl Agent {
+    /// Starts an agent in `dir` (made fresh) and waits until it answers and, if the runtime has
+    /// events, follows them.
+    pub async fn start(endpoint: &str, dir: PathBuf, left: Arc<Leftovers>, events: bool) -> Agent {
+        let _ = std::fs::remove_dir_all(&dir);
+        let manifests = dir.join("manifests");
+        std::fs::create_dir_all(&manifests).expect("mkdir manifests");
+        for d in [&dir, &manifests] {
+            std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        }
+        let socket = dir.join("crilet.sock");
+        let log = std::fs::File::create(dir.join("crilet.log")).expect("agent log");
+        let child = Command::new(env!("CARGO_BIN_EXE_crilet"))
+            .args(["run", "--container-runtime-endpoint", endpoint, "--pod-manifest-path"])
+            .arg(&manifests)
+            .arg("--root-dir")
+            .arg(dir.join("root"))
+            .arg("--pod-logs-dir")
+            .arg(dir.join("logs"))
+            .args(["--container-logs-dir", ""])
+            .arg("--control-socket")
+            .arg(&socket)
+            .args(["--node-name", "bench-node"])
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            // Its own process group: a Ctrl-C of the benchmark must not reach it before the
+            // cleanup has had it remove its pods.
+            .process_group(0)
+            .spawn()
+            .expect("spawn crilet");
+        let pid = child.id();
+        *left.agent.lock().unwrap() = Some((child, manifests.clone()));
+        let agent = Agent { pid, dir, manifests, socket, left };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            agent.check_alive();
+            // crilet counts an event stream as followed once the call has stayed open a moment.
+            if let Some(v) = agent.version().await {
+                if !events || v.pleg_mode == "events" {
+                    eprintln!("  agent pid {pid} up, runtime changes: {}", v.pleg_mode);
+                    return agent;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "crilet did not come up (see {}/crilet.log)",
+                agent.dir.display()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    fn check_alive(&self) {
+        if let Some((child, _)) = self.left.agent.lock().unwrap().as_mut() {
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!("crilet exited ({status}); see {}/crilet.log", self.dir.display());
+            }
+        }
+    }
+
+    pub async fn version(&self) -> Option<VersionResponse> {
+        let mut client = crilet::api::connect(&self.socket).await.ok()?;
+        Some(client.version(VersionRequest {}).await.ok()?.into_inner())
+    }
+
+    /// Writes a manifest the way careful tools do: a dotfile (not a manifest) in the same
+    /// directory, then renamed into place, so the agent never reads half a file.
+    pub fn write(&self, name: &str, text: &str) {
+        let tmp = self.manifests.join(format!(".{name}.tmp"));
+        std::fs::write(&tmp, text).expect("write manifest");
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o644)).expect("chmod manifest");
+        std::fs::rename(&tmp, self.manifests.join(format!("{name}.yaml"))).expect("rename manifest");
+    }
+
+    pub fn remove(&self, name: &str) {
+        std::fs::remove_file(self.manifests.join(format!("{name}.yaml"))).expect("remove manifest");
+    }
+
+    /// Every pod of `namespace` as `ListPods` returns it (v1.Pod JSON).
+    pub async fn list_pods(&self, namespace: &str) -> Vec<serde_json::Value> {
+        let mut client = crilet::api::connect(&self.socket).await.expect("connect to the control socket");
+        let resp = client
+            .list_pods(ListPodsRequest { namespace: namespace.into() })
+            .await
+            .expect("ListPods")
+            .into_inner();
+        resp.pods.iter().filter_map(|p| serde_json::from_str(&p.pod_json).ok()).collect()
+    }
+
+    /// (VmRSS, VmHWM) in KiB.
+    pub fn memory(&self) -> (u64, u64) {
+        let text = std::fs::read_to_string(format!("/proc/{}/status", self.pid)).expect("/proc/PID/status");
+        let field = |k: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(k))
+                .and_then(|v| v.split_whitespace().next()?.parse().ok())
+                .unwrap_or(0)
+        };
+        (field("VmRSS:"), field("VmHWM:"))
+    }
+
+    /// utime + stime in clock ticks.
+    pub fn cpu_ticks(&self) -> u64 {
+        let text = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)).expect("/proc/PID/stat");
+        // Fields after the command (which may hold spaces) start at the state, field 3.
+        let rest = &text[text.rfind(')').expect("stat format") + 2..];
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        f[11].parse::<u64>().unwrap_or(0) + f[12].parse::<u64>().unwrap_or(0)
+    }
+
+    /// Removes every manifest and waits until the agent has removed its pods; then stops it.
+    pub async fn stop(self, cri: &CriClient, namespace: &str) {
+        remove_manifests(&self.manifests);
+        wait_gone(cri, namespace, Duration::from_secs(300)).await;
+        let taken = self.left.agent.lock().unwrap().take();
+        if let Some((child, _)) = taken {
+            stop_child(child).await;
+        }
+    }
+}
+
+pub fn remove_manifests(dir: &Path) {
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
+/// SIGTERM by PID, SIGKILL after 15 s.
+pub async fn stop_child(mut child: Child) {
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while Instant::now() < deadline && matches!(child.try_wait(), Ok(None)) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    if matches!(child.try_wait(), Ok(None)) {
+        let _ = child.kill();
+    }
+    let _ = child.wait();
+}
+
+/// Sandboxes the runtime has in `namespace`.
+pub async fn sandboxes(cri: &CriClient, namespace: &str) -> usize {
+    cri.list_all(Some((keys::POD_NAMESPACE, namespace))).await.map_or(usize::MAX, |(s, _)| s.len())
+}
+
+/// Waits until no sandbox is left in `namespace`.
+pub async fn wait_gone(cri: &CriClient, namespace: &str, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    while sandboxes(cri, namespace).await != 0 {
+        assert!(Instant::now() < deadline, "pods of {namespace} were not removed in {limit:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -1,0 +1,119 @@
+//! The baseline: a pod started with bare CRI calls, the calls crilet makes for it and with the
+//! same configs (built by crilet's own `sandbox_config`/`container_config`), and nothing else: no
+//! manifest, no status, no waiting for an observation between containers.
+//!
+//! Per pod: log and pod directories, `RunPodSandbox`, `PodSandboxStatus` (the pod IPs, as
+//! crilet reads them for /etc/hosts), then per container in start order (native sidecars first,
+//! then apps): `ImageStatus`, the container's log directory, its hostPath volumes, /etc/hosts
+//! and termination-message file (the same bind mounts crilet gives it),
+//! `CreateContainer`, `StartContainer`. crilet starts an app only after it has seen the sidecars
+//! before it running; the baseline goes on at once (the least a runtime allows).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crilet::cri::{CriClient, api};
+use crilet::model::{DesiredPod, PodKey};
+use crilet::node::{pod_dir, pod_log_dir};
+use crilet::pod::spec::{HostDns, Kind, NodeConfig, RuntimeValues, container_config, sandbox_config};
+use crilet::pod::start::hosts_file;
+use k8s_openapi::api::core::v1::Pod;
+
+pub fn node(dir: &Path) -> NodeConfig {
+    NodeConfig {
+        root_dir: dir.join("raw/root"),
+        pod_logs_dir: dir.join("raw/logs"),
+        container_logs_dir: None,
+        node_name: "bench-node".into(),
+        host_ip: None,
+        host_dns: HostDns::default(),
+    }
+}
+
+/// The baseline's view of a pod parsed from the same manifest text crilet gets.
+pub fn desired(namespace: &str, yaml: &str) -> DesiredPod {
+    let mut pod: Pod = serde_yaml_ng::from_str(yaml).expect("the benchmark's own manifest parses");
+    pod.metadata.namespace = Some(namespace.into());
+    let name = pod.metadata.name.clone().expect("manifest has a name");
+    DesiredPod {
+        key: PodKey::new(namespace, &name),
+        uid: format!("{namespace}-{}", uuid::Uuid::new_v4()),
+        pod: Arc::new(pod),
+        file: PathBuf::from("/nonexistent"),
+        doc: 0,
+        warnings: vec![],
+    }
+}
+
+fn mkdir(p: &Path) {
+    std::fs::create_dir_all(p).unwrap_or_else(|e| panic!("creating {}: {e}", p.display()));
+}
+
+/// The two bind mounts crilet gives a container: its /etc/hosts and its termination-message file.
+fn mounts(node: &NodeConfig, d: &DesiredPod, name: &str, ips: &[String]) -> (Vec<api::Mount>, PathBuf) {
+    let dir = pod_dir(node, &d.uid);
+    let hosts = dir.join("etc-hosts");
+    std::fs::write(&hosts, hosts_file(&d.pod, ips)).expect("write etc-hosts");
+    let tdir = dir.join("containers").join(name);
+    mkdir(&tdir);
+    let tfile = tdir.join(format!("{:08x}", fastrand::u32(..)));
+    std::fs::write(&tfile, b"").expect("write termination file");
+    let m = |c: &str, h: &Path| api::Mount {
+        container_path: c.into(),
+        host_path: h.display().to_string(),
+        ..Default::default()
+    };
+    // hostPath volumes as they are (the benchmark's pods use no other kind).
+    let volumes = d.pod.spec.as_ref().and_then(|s| s.volumes.clone()).unwrap_or_default();
+    let spec = d.pod.spec.as_ref().expect("pod spec");
+    let c = spec.init_containers.iter().flatten().chain(&spec.containers).find(|c| c.name == name);
+    let mut out = Vec::new();
+    for vm in c.and_then(|c| c.volume_mounts.as_ref()).into_iter().flatten() {
+        let v = volumes.iter().find(|v| v.name == vm.name).expect("volume of the mount");
+        let hp = v.host_path.as_ref().expect("the baseline supports hostPath volumes only");
+        mkdir(Path::new(&hp.path));
+        out.push(m(&vm.mount_path, Path::new(&hp.path)));
+    }
+    out.extend([m("/etc/hosts", &hosts), m("/dev/termination-log", &tfile)]);
+    (out, tfile)
+}
+
+/// Runs the pod as described in the module doc; returns (sandbox id, container ids).
+pub async fn start_pod(cri: &CriClient, node: &NodeConfig, d: &DesiredPod) -> (String, Vec<String>) {
+    let spec = d.pod.spec.as_ref().expect("pod spec");
+    mkdir(&pod_log_dir(node, d));
+    mkdir(&pod_dir(node, &d.uid));
+    let sb_cfg = sandbox_config(node, d, 0);
+    let sb = cri.run_sandbox(sb_cfg.clone(), "").await.expect("RunPodSandbox");
+    let ips = cri.sandbox_status(&sb).await.map(|s| s.ips).unwrap_or_default();
+    let sidecars = spec.init_containers.iter().flatten().map(|c| (c, Kind::Sidecar));
+    let mut ids = Vec::new();
+    for (c, kind) in sidecars.chain(spec.containers.iter().map(|c| (c, Kind::App))) {
+        let image = c.image.clone().unwrap_or_default();
+        let image_ref = cri
+            .image_id(&image)
+            .await
+            .expect("ImageStatus")
+            .unwrap_or_else(|| panic!("{image} not pulled"))
+            .id;
+        mkdir(&pod_log_dir(node, d).join(&c.name));
+        let (mounts, tfile) = mounts(node, d, &c.name, &ips);
+        let rv = RuntimeValues {
+            pod_ips: ips.clone(),
+            image_ref,
+            restart_count: 0,
+            termination_file: Some(tfile),
+        };
+        let cfg = container_config(node, d, c, kind, &rv, mounts).expect("container config");
+        let id = cri.create_container(&sb, cfg, sb_cfg.clone()).await.expect("CreateContainer");
+        cri.start_container(&id).await.expect("StartContainer");
+        ids.push(id);
+    }
+    (sb, ids)
+}
+
+/// Stops and removes a baseline pod (not measured).
+pub async fn remove_pod(cri: &CriClient, sandbox: &str) {
+    cri.stop_sandbox(sandbox).await.expect("StopPodSandbox");
+    cri.remove_sandbox(sandbox).await.expect("RemovePodSandbox");
+}

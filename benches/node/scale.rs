@@ -1,0 +1,259 @@
+//! Scale: N pods (default 110), each with an app and a native sidecar, an exec readiness probe
+//! (period 10 s) on each. Start times against a raw baseline, then what crilet costs while
+//! they run: RSS and CPU over a steady window.
+
+use std::time::{Duration, Instant};
+
+use crate::report::{Row, Scenario, ratio_row};
+use crate::start::{keys, spawn_wait};
+use crate::{Ctx, NS, RAW_NS, env_num, ms, raw};
+
+const CMD: &str = "trap 'exit 0' TERM; while true; do sleep 1; done";
+/// How often crilet's status is read for readiness (only while waiting for it).
+const READY_POLL: Duration = Duration::from_millis(250);
+/// The probes' period.
+const PERIOD: Duration = Duration::from_secs(10);
+
+fn manifest(name: &str, namespace: &str, image: &str) -> String {
+    let c = |n: &str, extra: &str| {
+        format!(
+            "  - name: {n}\n    image: {image}\n{extra}    command: [sh, -c, \"{CMD}\"]\n    \
+             readinessProbe: {{exec: {{command: [\"true\"]}}, periodSeconds: 10}}\n"
+        )
+    };
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: {namespace}}}\nspec:\n  \
+         terminationGracePeriodSeconds: 2\n  initContainers:\n{}  containers:\n{}",
+        c("side", "    restartPolicy: Always\n"),
+        c("app", "")
+    )
+}
+
+fn clk_tck() -> f64 {
+    std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok()?.trim().parse().ok())
+        .unwrap_or(100.0)
+}
+
+/// The baseline: every pod at once, each pod's sequence in order (raw.rs), then one `ExecSync`
+/// of the probe command per container (its first readiness probe). Returns (all running, all
+/// "ready") in ms from the first call.
+async fn raw_run(ctx: &Ctx, names: &[String], limit: Duration) -> (f64, f64) {
+    let node = raw::node(&ctx.dir.join("scale"));
+    let pods: Vec<_> = names.iter().map(|n| raw::desired(RAW_NS, &manifest(n, RAW_NS, &ctx.image))).collect();
+    let waiter = spawn_wait(ctx, RAW_NS, keys(names, &["side", "app"]), Instant::now() + limit);
+    let t0 = Instant::now();
+    let tasks: Vec<_> = pods
+        .into_iter()
+        .map(|d| {
+            let (cri, node) = (ctx.cri.clone(), node.clone());
+            tokio::spawn(async move {
+                let (sb, ids) = raw::start_pod(&cri, &node, &d).await;
+                for id in &ids {
+                    let (code, _) = cri
+                        .exec_sync(id, vec!["true".into()], Duration::from_secs(1))
+                        .await
+                        .expect("ExecSync of the probe command");
+                    assert_eq!(code, 0, "the probe command failed in the baseline");
+                }
+                (sb, Instant::now())
+            })
+        })
+        .collect();
+    let mut sandboxes = Vec::new();
+    let mut ready = t0;
+    for t in tasks {
+        let (sb, at) = t.await.expect("raw pod start");
+        sandboxes.push(sb);
+        ready = ready.max(at);
+    }
+    let started = waiter.await.expect("waiting for the raw pods").into_values().max().unwrap_or(t0);
+    eprintln!(
+        "  raw: all running {:.1} s, all probed once {:.1} s",
+        (started - t0).as_secs_f64(),
+        (ready - t0).as_secs_f64()
+    );
+    let removals: Vec<_> = sandboxes
+        .into_iter()
+        .map(|sb| {
+            let cri = ctx.cri.clone();
+            tokio::spawn(async move { raw::remove_pod(&cri, &sb).await })
+        })
+        .collect();
+    for r in removals {
+        r.await.expect("raw pod removal");
+    }
+    (ms(started - t0), ms(ready - t0))
+}
+
+fn all_ready(pods: &[serde_json::Value], n: usize) -> bool {
+    pods.len() == n
+        && pods.iter().all(|p| {
+            p["status"]["conditions"]
+                .as_array()
+                .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+        })
+}
+
+struct Cost {
+    rss_max_kib: u64,
+    hwm_kib: u64,
+    cpu_pct: f64,
+    restarts: i64,
+    not_ready: usize,
+}
+
+/// crilet: N manifests written at once; all running (events), all Ready (ListPods every
+/// 250 ms), then the steady window.
+async fn crilet_run(ctx: &Ctx, names: &[String], limit: Duration, window: Duration) -> (f64, f64, Cost) {
+    let agent = ctx.agent("scale").await;
+    // Pods added to a node that has been running: within its first probe period a (re)started
+    // agent, like the kubelet, delays each probe's first run by a random part of the period so
+    // that probes do not all fire at once; that start-up spread is not what is measured here.
+    tokio::time::sleep(PERIOD + Duration::from_secs(1)).await;
+    let waiter = spawn_wait(ctx, NS, keys(names, &["side", "app"]), Instant::now() + limit);
+    let t0 = Instant::now();
+    for n in names {
+        agent.write(n, &manifest(n, NS, &ctx.image));
+    }
+    let started = waiter.await.expect("waiting for crilet's pods").into_values().max().unwrap_or(t0);
+    let deadline = t0 + limit;
+    let ready = loop {
+        let pods = agent.list_pods(NS).await;
+        let at = Instant::now();
+        if all_ready(&pods, names.len()) {
+            break at;
+        }
+        assert!(at < deadline, "crilet's pods not all Ready in {limit:?}");
+        tokio::time::sleep(READY_POLL).await;
+    };
+    eprintln!(
+        "  crilet: all running {:.1} s, all Ready {:.1} s; steady window {} s",
+        (started - t0).as_secs_f64(),
+        (ready - t0).as_secs_f64(),
+        window.as_secs()
+    );
+    // Let the start's tail (status writes, first probe round) pass first.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let (c0, w0) = (agent.cpu_ticks(), Instant::now());
+    let mut rss_max = 0;
+    while w0.elapsed() < window {
+        rss_max = rss_max.max(agent.memory().0);
+        tokio::time::sleep(Duration::from_secs(1).min(window.saturating_sub(w0.elapsed()))).await;
+    }
+    let (c1, secs) = (agent.cpu_ticks(), w0.elapsed().as_secs_f64());
+    let (rss, hwm) = agent.memory();
+    let pods = agent.list_pods(NS).await;
+    let restarts = pods
+        .iter()
+        .flat_map(|p| {
+            let s = &p["status"];
+            s["containerStatuses"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .chain(s["initContainerStatuses"].as_array().into_iter().flatten())
+        })
+        .filter_map(|c| c["restartCount"].as_i64())
+        .sum();
+    let not_ready = names.len() - pods.iter().filter(|p| all_ready(std::slice::from_ref(p), 1)).count();
+    let cost = Cost {
+        rss_max_kib: rss_max.max(rss),
+        hwm_kib: hwm,
+        cpu_pct: (c1 - c0) as f64 / clk_tck() / secs * 100.0,
+        restarts,
+        not_ready,
+    };
+    agent.stop(&ctx.cri, NS).await;
+    (ms(started - t0), ms(ready - t0), cost)
+}
+
+pub async fn run(ctx: &Ctx) -> Scenario {
+    let n: usize = env_num("CRILET_BENCH_SCALE_PODS", 110).max(1);
+    let window = Duration::from_secs(env_num("CRILET_BENCH_SCALE_WINDOW", 60).max(1));
+    let limit = Duration::from_secs(120 + 3 * n as u64);
+    let names: Vec<String> = (0..n).map(|i| format!("scale-{i}")).collect();
+    let (raw_run_ms, raw_ready_ms) = raw_run(ctx, &names, limit).await;
+    let (cri_run_ms, cri_ready_ms, cost) = crilet_run(ctx, &names, limit, window).await;
+    let mib = |k: u64| k as f64 / 1024.0;
+    let one = |metric: &str, value: String, target: &str, met: Option<bool>, sample: f64| Row {
+        metric: metric.into(),
+        crilet: value,
+        target: target.into(),
+        met,
+        crilet_samples: vec![sample],
+        ..Default::default()
+    };
+    let sec = |v: f64| vec![v / 1e3];
+    Scenario {
+        id: "scale".into(),
+        title: format!("{n} pods, {} containers, {} exec readiness probes", 2 * n, 2 * n),
+        how: format!(
+            "Each pod: a native sidecar (init container, restartPolicy Always) and an app, both busybox shell \
+             loops with an exec readiness probe (`true`, period 10 s). Baseline: all {n} raw CRI sequences at once \
+             (one task per pod, sidecar then app, as crilet does: all pods in parallel, each pod in order), then \
+             one ExecSync of the probe command per container (its first readiness probe). crilet: {n} manifests \
+             written at once (dotfile + rename each) into the directory of an agent that has been up for \
+             more than one probe period (in its first period an agent spreads the first probe runs over the \
+             period, as the kubelet does after a restart). \"Running\": the last of the {} containers observed \
+             running by {}. \"Ready\": baseline, the last ExecSync returned; crilet, the first ListPods (control \
+             socket, every 250 ms) showing every pod Ready. One sample per side (raw first), so the ratio is \
+             noisy. Then, 5 s after all Ready, a {} s window with the pods running and nothing polling crilet: \
+             its VmRSS (max of 1 s samples), VmHWM (peak of the whole run, start included) and CPU \
+             (utime+stime over the window, % of one core).",
+            2 * n,
+            ctx.events.how(),
+            window.as_secs()
+        ),
+        rows: vec![
+            Row {
+                baseline: format!("{:.1} s", raw_run_ms / 1e3),
+                crilet: format!("{:.1} s", cri_run_ms / 1e3),
+                baseline_samples: sec(raw_run_ms),
+                crilet_samples: sec(cri_run_ms),
+                ..ratio_row(
+                    &format!("t0 → all {} containers running", 2 * n),
+                    &[raw_run_ms],
+                    &[cri_run_ms],
+                    "ms",
+                    None,
+                )
+            },
+            Row {
+                baseline: format!("{:.1} s", raw_ready_ms / 1e3),
+                crilet: format!("{:.1} s", cri_ready_ms / 1e3),
+                baseline_samples: sec(raw_ready_ms),
+                crilet_samples: sec(cri_ready_ms),
+                ..ratio_row(&format!("t0 → all {n} pods Ready"), &[raw_ready_ms], &[cri_ready_ms], "ms", None)
+            },
+            one(
+                "crilet RSS in the window (VmRSS, max)",
+                format!("{:.1} MiB", mib(cost.rss_max_kib)),
+                "≤ 40 MiB",
+                Some(mib(cost.rss_max_kib) <= 40.0),
+                mib(cost.rss_max_kib),
+            ),
+            one(
+                "crilet peak RSS of the run (VmHWM)",
+                format!("{:.1} MiB", mib(cost.hwm_kib)),
+                "",
+                None,
+                mib(cost.hwm_kib),
+            ),
+            one(
+                "crilet CPU in the window (% of one core)",
+                format!("{:.2} %", cost.cpu_pct),
+                "≤ 2 %",
+                Some(cost.cpu_pct <= 2.0),
+                cost.cpu_pct,
+            ),
+        ],
+        notes: vec![format!(
+            "After the window: {} container restarts (expected 0), {} pods not Ready (expected 0).",
+            cost.restarts, cost.not_ready
+        )],
+    }
+}

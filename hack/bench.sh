@@ -1,0 +1,272 @@
+#!/usr/bin/env bash
+# hack/bench.sh — crilet's benchmarks (not tests) in one command: crilet against raw-CRI
+# baselines measured in the same run (alternating samples), written to BENCHMARKS.md at the
+# repository root. What each scenario measures, exactly: benches/node/*.rs and benches/restart.rs.
+#
+# Usage: hack/bench.sh [--only SCENARIO[,SCENARIO...]] [--no-relist] [--out FILE]   (as root)
+#   Scenarios, in the order they run (default: all):
+#     start-seq       pod start, 20 pods one at a time, raw vs crilet          (cargo bench --bench node)
+#     start-burst     pod start, 20 at once, 5 rounds                          (node)
+#     scale           110 pods with sidecars and 220 exec probes: start, Ready, RSS and CPU  (node)
+#     terminate       termination accuracy against the grace deadline         (node)
+#     restart         exit -> replacement started, events mode (containerd 2.1)  (cargo bench --bench restart)
+#     restart-relist  the same in relist mode (containerd 1.6)                 (restart)
+#   --only LIST   run only these scenarios (comma-separated)
+#   --no-relist   never switch runtimes: skip restart-relist
+#   --out FILE    write the report to FILE instead of BENCHMARKS.md
+# The environment of hack/setup.sh is set up (containerd 2.1) if it is not up.
+# restart-relist switches the environment to containerd 1.6 (CRILET_RUNTIME=1.6 hack/setup.sh),
+# runs the restart benchmark there and switches back to 2.1 afterwards, also on failure or
+# Ctrl-C. WARNING: a runtime switch stops the running containerd and tears down its pods,
+# including those of tests someone else runs on this machine right now: run the full thing on
+# a quiet machine, and use --no-relist otherwise. The default run takes about 15 minutes on 2
+# cores.
+# Environment: the benchmarks' knobs pass through, e.g. CRILET_BENCH_SEQ_PODS,
+#   CRILET_BENCH_BURST_PODS, CRILET_BENCH_BURST_ROUNDS, CRILET_BENCH_SCALE_PODS,
+#   CRILET_BENCH_SCALE_WINDOW, CRILET_BENCH_TERM_RUNS, CRILET_BENCH_TERM_GRACE (benches/node/main.rs)
+#   and CRILET_BENCH_RESTARTS (benches/restart.rs).
+# Output: progress on stderr; the report; each benchmark's own output kept in
+# /var/lib/crilet-dev/bench/.
+set -euo pipefail
+
+ALL=(start-seq start-burst scale terminate restart restart-relist)
+NODE_SCENARIOS=(start-seq start-burst scale terminate)
+only=""
+relist=1
+out=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --only) [ $# -ge 2 ] || { echo "--only needs a list of scenarios" >&2; exit 2; }; only="$2"; shift 2 ;;
+        --only=*) only="${1#--only=}"; shift ;;
+        --no-relist) relist=0; shift ;;
+        --out) [ $# -ge 2 ] || { echo "--out needs a file" >&2; exit 2; }; out="$2"; shift 2 ;;
+        --out=*) out="${1#--out=}"; shift ;;
+        -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+        *) echo "unknown argument: $1 (see $0 --help)" >&2; exit 2 ;;
+    esac
+done
+
+# lib.sh picks the runtime from CRILET_RUNTIME, else from the one the environment was set up
+# with: unset it so that CRILET_RUNTIME below is the active runtime.
+unset CRILET_RUNTIME
+. "$(dirname "$0")/lib.sh"
+require_root
+command -v jq >/dev/null || die "jq is needed to write the report (apt-get install jq)"
+
+wanted=()
+if [ -n "$only" ]; then
+    IFS=, read -r -a wanted <<<"$only"
+    for s in "${wanted[@]}"; do
+        case " ${ALL[*]} " in *" $s "*) ;; *) die "unknown scenario '$s' (known: ${ALL[*]})" ;; esac
+    done
+else
+    wanted=("${ALL[@]}")
+fi
+want() {
+    local s
+    for s in "${wanted[@]}"; do [ "$s" = "$1" ] && return 0; done
+    return 1
+}
+if [ "$relist" = 0 ] && want restart-relist; then
+    if [ -n "$only" ]; then
+        die "--no-relist and --only restart-relist contradict each other"
+    fi
+    log "--no-relist: skipping restart-relist (it needs a runtime switch)"
+    kept=()
+    for s in "${wanted[@]}"; do [ "$s" = restart-relist ] || kept+=("$s"); done
+    wanted=("${kept[@]}")
+fi
+
+REPORT="${out:-$REPO_ROOT/BENCHMARKS.md}"
+WORK="$CRILET_DEV/bench"
+mkdir -p "$WORK"
+rm -f "$WORK"/node.json "$WORK"/node.md "$WORK"/restart-*.txt
+
+active=""
+if [ -s "$ENV_FILE" ] && [ -s "$RUNTIME_FILE" ]; then
+    # Set up, maybe restarting right now (a test may restart it): give it a moment first.
+    wait_for 30 "containerd to answer" containerd_answers && active="$CRILET_RUNTIME"
+fi
+if [ -z "$active" ]; then
+    log "the environment is not up: running hack/setup.sh (containerd 2.1)"
+    CRILET_RUNTIME=2.1 bash "$HACK_DIR/setup.sh"
+elif [ "$active" != 2.1 ]; then
+    [ "$relist" = 1 ] || die "the active runtime is $active; these benchmarks run on 2.1 and --no-relist forbids switching (CRILET_RUNTIME=2.1 hack/setup.sh)"
+    warn "the active runtime is $active: switching to 2.1 (this tears down the running pods)"
+    CRILET_RUNTIME=2.1 bash "$HACK_DIR/setup.sh"
+fi
+env_value() { sed -n "s/^$1=//p" "$ENV_FILE"; }
+RUNTIME_21="containerd $(env_value CRILET_RUNTIME_VERSION)"
+
+cd "$REPO_ROOT"
+log "building (release profile): cargo bench --no-run --bench node --bench restart"
+cargo bench --no-run --bench node --bench restart
+
+failed=()
+node_list=()
+for s in "${NODE_SCENARIOS[@]}"; do want "$s" && node_list+=("$s"); done
+started_at="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+t_start=$SECONDS
+
+if [ "${#node_list[@]}" -gt 0 ]; then
+    log "node benchmark: ${node_list[*]}"
+    if ! CRILET_BENCH_JSON="$WORK/node.json" cargo bench --bench node -- "${node_list[@]}" >"$WORK/node.md"; then
+        failed+=("node benchmark (${node_list[*]})")
+    fi
+fi
+
+if want restart; then
+    log "restart benchmark, events mode (containerd 2.1)"
+    env -u CRILET_RUNTIME cargo bench --bench restart >"$WORK/restart-2.1.txt" || failed+=(restart)
+fi
+
+RUNTIME_16=""
+switched=0
+switch_back() {
+    if [ "$switched" = 1 ]; then
+        switched=0
+        log "switching the environment back to containerd 2.1"
+        CRILET_RUNTIME=2.1 bash "$HACK_DIR/setup.sh" || warn "switching back to 2.1 failed: run CRILET_RUNTIME=2.1 hack/setup.sh"
+    fi
+}
+if want restart-relist; then
+    trap 'switch_back' EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+    warn "switching the environment to containerd 1.6 for restart-relist (tears down running pods)"
+    switched=1
+    if CRILET_RUNTIME=1.6 bash "$HACK_DIR/setup.sh"; then
+        RUNTIME_16="containerd $(env_value CRILET_RUNTIME_VERSION)"
+        log "restart benchmark, relist mode ($RUNTIME_16)"
+        env -u CRILET_RUNTIME cargo bench --bench restart >"$WORK/restart-1.6.txt" || failed+=(restart-relist)
+    else
+        failed+=("restart-relist (setup of containerd 1.6)")
+    fi
+    switch_back
+fi
+elapsed=$((SECONDS - t_start))
+
+# ---------------------------------------------------------------------------------------------
+# The report.
+
+# restart_rows FILE TARGET_KIND — markdown rows from the restart benchmark's first table
+# ("before any outage"); rows are "LABEL(46 columns) median p90 ratio".
+restart_rows() {
+    awk -v kind="$2" '
+        function trim(s) { sub(/^ +/, "", s); sub(/ +$/, "", s); return s }
+        /^after the outage/ { exit }
+        {
+            label = trim(substr($0, 1, 46)); n = split(substr($0, 47), f, " ")
+            if (n < 2 || f[1] !~ /^[0-9.]+$/) next
+            v[label] = f[1]; p[label] = f[2]; r[label] = (n >= 3 ? f[3] : "")
+        }
+        END {
+            if (!("raw CRI" in v) || !("crilet" in v)) { print "| (no results: the benchmark failed) | | | | | |"; exit }
+            ratio = v["crilet"] / v["raw CRI"]
+            if (kind == "events") { target = "≤ 1.10×"; met = (ratio <= 1.10) }
+            else { target = "≤ baseline + 1000 ms (one relist period)"; met = (v["crilet"] - v["raw CRI"] <= 1000) }
+            printf "| exit → replacement started | %s / %s ms | %s / %s ms | %.2f× | %s | %s |\n", \
+                v["raw CRI"], p["raw CRI"], v["crilet"], p["crilet"], ratio, target, (met ? "met" : "**not met**")
+            s = "crilet, status polled (series 3)"
+            if (s in v) printf "| exit → replacement started, crilet status polled meanwhile | — | %s / %s ms | %.2f× | — | — |\n", v[s], p[s], v[s] / v["raw CRI"]
+            s = "restartCount 1 + new containerID"
+            if (s in v) printf "| new instance started → crilet status shows it | — | %s / %s ms | — | — | — |\n", v[s], p[s]
+            s = "... and state running"
+            if (s in v) printf "| … and shows it running | — | %s / %s ms | — | — | — |\n", v[s], p[s]
+        }' "$1"
+}
+
+restart_section() {
+    local file="$1" kind="$2" title="$3"
+    echo
+    echo "### $title"
+    echo
+    echo "A container that exits 1 after ~1 s, restartPolicy Always; per restart: the new instance's CRI" \
+        "started_at − the old one's finished_at. Baseline: bare CRI calls that detect the exit as fast as the" \
+        "runtime allows ($([ "$kind" = events ] && echo 'CONTAINER_STOPPED_EVENT' || echo 'ContainerStatus every 10 ms')) and" \
+        "create + start the replacement at once. Series interleaved; values median / p90" \
+        "(benches/restart.rs, \`cargo bench --bench restart\`)."
+    echo
+    if [ ! -s "$file" ]; then
+        echo "Not run or failed; see the script's output."
+        return
+    fi
+    echo "| metric | baseline (raw CRI) | crilet | ratio | target | met |"
+    echo "| --- | --- | --- | --- | --- | --- |"
+    restart_rows "$file" "$kind"
+    echo
+    grep -E '^(runtime:|baseline exit detection:|crilet mode)' "$file" | sed 's/^/- /'
+}
+
+node_section() {
+    local id="$1"
+    [ -s "$WORK/node.json" ] || { echo; echo "### $id"; echo; echo "Not run or failed; see the script's output."; return; }
+    jq -r --arg id "$id" '
+        def cell: if . == null or . == "" then "—" else (tostring | gsub("\\|"; "\\|")) end;
+        .scenarios[] | select(.id == $id)
+        | "\n### \(.title)\n\n\(.how)\n\n| metric | baseline (raw CRI) | crilet | ratio | target | met |\n| --- | --- | --- | --- | --- | --- |\n"
+          + ([.rows[] | "| \(.metric | cell) | \(.baseline | cell) | \(.crilet | cell) | \(if .ratio == null then "—" else "\(.ratio * 100 | round / 100)×" end) | \(.target | cell) | \(if .met == null then "—" elif .met then "met" else "**not met**" end) |"] | join("\n"))
+          + ([.notes[] | "\n\n" + .] | join(""))' "$WORK/node.json"
+}
+
+# The targets at a glance: every row that has one.
+summary_rows() {
+    if [ -s "$WORK/node.json" ]; then
+        jq -r '.scenarios[] | .title as $t | .rows[] | select(.met != null)
+            | "| \($t) | \(.metric) | \(.crilet)\(if .ratio == null then "" else " (\(.ratio * 100 | round / 100)× baseline)" end) | \(.target) | \(if .met then "met" else "**not met**" end) |"' \
+            "$WORK/node.json"
+    fi
+    local f kind
+    for f in "$WORK/restart-2.1.txt" "$WORK/restart-1.6.txt"; do
+        [ -s "$f" ] || continue
+        case "$f" in *2.1*) kind=events ;; *) kind=relist ;; esac
+        restart_rows "$f" "$kind" | head -1 | sed "s/^| /| Exit → replacement ($kind mode) | /; s/ | \([^|]*\) | \([^|]*\) | \([^|]*\) | \([^|]*\) | \([^|]*\) |$/ | \2 (\3) | \4 | \5 |/"
+    done
+}
+
+cpu_model="$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)"
+mem_gib="$(awk '/^MemTotal:/ { printf "%.1f", $2 / 1048576 }' /proc/meminfo)"
+commit="$(git -C "$REPO_ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
+if [ -n "$(git -C "$REPO_ROOT" status --porcelain --untracked-files=no 2>/dev/null)" ]; then
+    commit="$commit (with uncommitted changes)"
+fi
+{
+    echo "# crilet benchmarks"
+    echo
+    echo "Written by \`hack/bench.sh\` ($(date -u +%Y-%m-%d), run started $started_at, took $((elapsed / 60)) min $((elapsed % 60)) s)."
+    echo "Every number is crilet against a baseline measured in the same run on the same machine, samples"
+    echo "alternating; absolute times depend on the machine, the ratios are the result. Nothing else ran"
+    echo "on purpose, but the machine was not isolated: treat single-digit-percent differences as noise."
+    echo
+    echo "- Machine: ${cpu_model:-unknown CPU}, $(nproc) cores, $mem_gib GiB memory, Linux $(uname -r)"
+    echo "- Runtimes: $RUNTIME_21 (events)${RUNTIME_16:+; $RUNTIME_16 (relist, restart-relist only)}"
+    echo "- crilet: $(sed -n 's/^version = "\(.*\)"/\1/p' "$REPO_ROOT/Cargo.toml" | head -1), commit $commit, release build"
+    if [ -s "$WORK/node.json" ]; then
+        echo "- Pod starts observed by $(jq -r .observed_by "$WORK/node.json")"
+    fi
+    echo "- Scenarios run: ${wanted[*]}"
+    if [ "${#failed[@]}" -gt 0 ]; then
+        echo "- **Failed:** ${failed[*]} (see the script's output)"
+    fi
+    echo
+    echo "## Targets"
+    echo
+    echo "| scenario | metric | crilet | target | met |"
+    echo "| --- | --- | --- | --- | --- |"
+    summary_rows
+    echo
+    echo "## Scenarios"
+    want start-seq && node_section start-seq
+    want start-burst && node_section start-burst
+    want restart && restart_section "$WORK/restart-2.1.txt" events "Exit → replacement started, events mode (${RUNTIME_21})"
+    want restart-relist && restart_section "$WORK/restart-1.6.txt" relist "Exit → replacement started, relist mode (${RUNTIME_16:-containerd 1.6})"
+    want scale && node_section scale
+    want terminate && node_section terminate
+    echo
+    echo "Reproduce: \`hack/bench.sh\` as root (\`--help\` for options)."
+} >"$REPORT.tmp"
+mv "$REPORT.tmp" "$REPORT"
+log "report written to $REPORT (the benchmarks' own output is in $WORK)"
+if [ "${#failed[@]}" -gt 0 ]; then
+    die "failed: ${failed[*]}"
+fi
