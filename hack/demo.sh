@@ -81,6 +81,9 @@ log "rendered $EXPECTED pods into $DEMO_MANIFESTS"
 adopt "$CRILET_PIDFILE" crilet "$CRILET_SOCK" || true
 stop_pid "$CRILET_PIDFILE" "$CRILET_SOCK" crilet 15
 mkdir -p "$CRILET_ROOT_DIR" "$CRILET_POD_LOGS_DIR"
+# /metrics and /healthz on loopback only (the kubelet's healthz port; CRILET_METRICS_ADDRESS
+# moves it when something else listens there).
+METRICS_ADDRESS="${CRILET_METRICS_ADDRESS:-127.0.0.1:10248}"
 # One flag list for preflight and run, so preflight checks exactly what the agent will use.
 CRILET_FLAGS=(
     --container-runtime-endpoint "$CRILET_CONTAINERD_ENDPOINT"
@@ -89,6 +92,7 @@ CRILET_FLAGS=(
     --pod-logs-dir "$CRILET_POD_LOGS_DIR"
     --container-logs-dir "$CRILET_DEV/containers-logs"
     --control-socket "$CRILET_SOCK"
+    --metrics-bind-address "$METRICS_ADDRESS"
 )
 "$BIN" preflight "${CRILET_FLAGS[@]}" || die "crilet preflight failed: fix the FAIL lines above, then rerun"
 start_daemon "$CRILET_PIDFILE" "$CRILET_LOG" "$BIN" run "${CRILET_FLAGS[@]}"
@@ -137,6 +141,7 @@ To talk to this agent without repeating --control-socket:
   pods:      $BIN get pods -A -o wide
   logs:      $BIN logs sidecar-demo -c log-shipper
   manifests: $DEMO_MANIFESTS (edit web.yaml's image to $CRILET_IMAGE_WEB_V2 for an in-place update)
+  health:    curl -s http://$METRICS_ADDRESS/healthz      metrics: curl -s http://$METRICS_ADDRESS/metrics
   agent log: $CRILET_LOG
 Stop everything (agent, pods, containerd, registry): hack/teardown.sh
 EOF
