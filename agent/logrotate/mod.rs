@@ -141,6 +141,7 @@ pub async fn run(cri: CriClient, pod_logs_dir: PathBuf, policy: Policy, cancel: 
     let workers = Arc::new(Semaphore::new(MAX_WORKERS));
     let mut tasks: JoinSet<()> = JoinSet::new();
     let mut in_flight: HashMap<tokio::task::Id, String> = HashMap::new();
+    let paths = Arc::new(rotate::LogPaths::default());
     loop {
         tokio::select! {
             _ = cancel.cancelled() => break,
@@ -163,16 +164,18 @@ pub async fn run(cri: CriClient, pod_logs_dir: PathBuf, policy: Policy, cancel: 
                 continue;
             }
         };
+        paths.retain(&candidates.iter().map(|c| c.id.as_str()).collect());
         let busy: HashSet<&String> = in_flight.values().collect();
         let fresh: Vec<Candidate> = candidates.into_iter().filter(|c| !busy.contains(&c.id)).collect();
         for c in fresh {
-            let (cri, dir, workers) = (cri.clone(), pod_logs_dir.clone(), workers.clone());
+            let (cri, dir, workers, paths) =
+                (cri.clone(), pod_logs_dir.clone(), workers.clone(), paths.clone());
             let span = info_span!("logrotate", container = %c.id, path = tracing::field::Empty);
             let id = c.id.clone();
             let handle = tasks.spawn(
                 async move {
                     let Ok(_permit) = workers.acquire_owned().await else { return };
-                    rotate::check_container(&cri, &c.id, &dir, &policy).await;
+                    rotate::check_container(&cri, &c.id, &dir, &policy, &paths).await;
                 }
                 .instrument(span),
             );

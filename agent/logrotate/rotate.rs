@@ -14,6 +14,31 @@ use super::Policy;
 use super::plan::{self, Action, COMPRESS_SUFFIX, TIMESTAMP_FORMAT, TMP_SUFFIX};
 use crate::cri::{CriClient, CriError};
 
+/// Each running container's log path, from its CRI status. A container's log path never
+/// changes while it exists, so its status is read once, not on every pass (220 containers
+/// would cost 22 status calls a second at the default interval).
+#[derive(Debug, Default)]
+pub(super) struct LogPaths(std::sync::Mutex<std::collections::HashMap<String, PathBuf>>);
+
+impl LogPaths {
+    fn get(&self, id: &str) -> Option<PathBuf> {
+        self.0.lock().ok()?.get(id).cloned()
+    }
+
+    fn insert(&self, id: &str, path: PathBuf) {
+        if let Ok(mut m) = self.0.lock() {
+            m.insert(id.to_string(), path);
+        }
+    }
+
+    /// Forgets containers that no longer run.
+    pub(super) fn retain(&self, running: &std::collections::HashSet<&str>) {
+        if let Ok(mut m) = self.0.lock() {
+            m.retain(|id, _| running.contains(id.as_str()));
+        }
+    }
+}
+
 /// Why one container's pass failed.
 #[derive(Debug, thiserror::Error)]
 pub(super) enum RotateError {
@@ -48,8 +73,14 @@ fn chain(e: &dyn std::error::Error) -> String {
 
 /// Checks one container and rotates its log if due; failures are logged with the container and
 /// path, and retried on the next pass.
-pub(super) async fn check_container(cri: &CriClient, id: &str, pod_logs_dir: &Path, policy: &Policy) {
-    if let Err(e) = try_check(cri, id, pod_logs_dir, policy).await {
+pub(super) async fn check_container(
+    cri: &CriClient,
+    id: &str,
+    pod_logs_dir: &Path,
+    policy: &Policy,
+    paths: &LogPaths,
+) {
+    if let Err(e) = try_check(cri, id, pod_logs_dir, policy, paths).await {
         warn!(container = %id, error = %chain(&e), "container log rotation failed; retrying next interval");
     }
 }
@@ -59,12 +90,20 @@ async fn try_check(
     id: &str,
     pod_logs_dir: &Path,
     policy: &Policy,
+    paths: &LogPaths,
 ) -> Result<(), RotateError> {
-    let status = cri
-        .container_status(id, "")
-        .await
-        .map_err(|source| RotateError::Status { id: id.to_string(), source })?;
-    let path = PathBuf::from(&status.log_path);
+    let path = match paths.get(id) {
+        Some(path) => path,
+        None => {
+            let status = cri
+                .container_status(id, "")
+                .await
+                .map_err(|source| RotateError::Status { id: id.to_string(), source })?;
+            let path = PathBuf::from(&status.log_path);
+            paths.insert(id, path.clone());
+            path
+        }
+    };
     tracing::Span::current().record("path", tracing::field::display(path.display()));
     // Only files under our own log directory are ever renamed or removed.
     let (Some(dir), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str())) else {
