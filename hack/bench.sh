@@ -198,22 +198,25 @@ restart_section() {
     grep -E '^(runtime:|baseline exit detection:|crilet mode)' "$file" | sed 's/^/- /'
 }
 
+# jq: a number with two decimals (1.1 -> "1.10").
+JQ_DEFS='def two: (. * 100 | round) as $r | "\($r / 100 | floor).\($r % 100 | if . < 10 then "0\(.)" else "\(.)" end)";'
+
 node_section() {
     local id="$1"
     [ -s "$WORK/node.json" ] || { echo; echo "### $id"; echo; echo "Not run or failed; see the script's output."; return; }
-    jq -r --arg id "$id" '
+    jq -r --arg id "$id" "$JQ_DEFS"'
         def cell: if . == null or . == "" then "—" else (tostring | gsub("\\|"; "\\|")) end;
         .scenarios[] | select(.id == $id)
         | "\n### \(.title)\n\n\(.how)\n\n| metric | baseline (raw CRI) | crilet | ratio | target | met |\n| --- | --- | --- | --- | --- | --- |\n"
-          + ([.rows[] | "| \(.metric | cell) | \(.baseline | cell) | \(.crilet | cell) | \(if .ratio == null then "—" else "\(.ratio * 100 | round / 100)×" end) | \(.target | cell) | \(if .met == null then "—" elif .met then "met" else "**not met**" end) |"] | join("\n"))
+          + ([.rows[] | "| \(.metric | cell) | \(.baseline | cell) | \(.crilet | cell) | \(if .ratio == null then "—" else "\(.ratio | two)×" end) | \(.target | cell) | \(if .met == null then "—" elif .met then "met" else "**not met**" end) |"] | join("\n"))
           + ([.notes[] | "\n\n" + .] | join(""))' "$WORK/node.json"
 }
 
 # The targets at a glance: every row that has one.
 summary_rows() {
     if [ -s "$WORK/node.json" ]; then
-        jq -r '.scenarios[] | .title as $t | .rows[] | select(.met != null)
-            | "| \($t) | \(.metric) | \(.crilet)\(if .ratio == null then "" else " (\(.ratio * 100 | round / 100)× baseline)" end) | \(.target) | \(if .met then "met" else "**not met**" end) |"' \
+        jq -r "$JQ_DEFS"'.scenarios[] | .title as $t | .rows[] | select(.met != null)
+            | "| \($t) | \(.metric) | \(.crilet)\(if .ratio == null then "" else " (\(.ratio | two)× baseline)" end) | \(.target) | \(if .met then "met" else "**not met**" end) |"' \
             "$WORK/node.json"
     fi
     local f kind

@@ -70,9 +70,21 @@ fn whole_secs_up(left: Duration) -> Duration {
     Duration::from_secs(secs)
 }
 
+/// How long before the deadline the SIGKILL is sent: containerd records a killed container's
+/// exit 15–40 ms after the signal (measured by `hack/bench.sh`'s terminate scenario: a raw
+/// `StopContainer` whose timeout runs out ends 14–33 ms late), so a kill sent at the deadline
+/// itself would always end just past it.
+const KILL_LEAD: Duration = Duration::from_millis(60);
+
+/// When the SIGKILL of a container whose budget ends at `deadline` is sent; preStop hooks and
+/// waits for other containers are cut there too.
+fn kill_time(deadline: Instant) -> Instant {
+    deadline.checked_sub(KILL_LEAD).unwrap_or(deadline)
+}
+
 /// `StopContainer` with the budget left until `deadline`, and SIGKILL (a second
-/// `StopContainer` with timeout 0, which containerd takes while the first still waits) at the
-/// deadline itself if the container has not exited by then.
+/// `StopContainer` with timeout 0, which containerd takes while the first still waits)
+/// [`KILL_LEAD`] before the deadline if the container has not exited by then.
 async fn stop_by_deadline(
     ctx: &Shared,
     key: &PodKey,
@@ -80,7 +92,8 @@ async fn stop_by_deadline(
     id: &str,
     deadline: Instant,
 ) -> Result<(), crate::cri::CriError> {
-    let left = deadline.saturating_duration_since(Instant::now());
+    let kill_at = kill_time(deadline);
+    let left = kill_at.saturating_duration_since(Instant::now());
     let grace = whole_secs_up(left);
     let left_ms = u64::try_from(left.as_millis()).unwrap_or(u64::MAX);
     tracing::info!(pod = %key, container = %name, left_ms, timeout_s = grace.as_secs(), "stopping container");
@@ -91,9 +104,9 @@ async fn stop_by_deadline(
     }
     tokio::select! {
         r = &mut stop => return r,
-        _ = tokio::time::sleep_until(deadline) => {}
+        _ = tokio::time::sleep_until(kill_at) => {}
     }
-    tracing::debug!(container_id = id, "grace budget spent; SIGKILL at the deadline");
+    tracing::debug!(container_id = id, "grace budget spent; SIGKILL");
     let killed = ctx.cri.stop_container(id, Duration::ZERO).await;
     match (killed, stop.await) {
         (Ok(()), _) | (_, Ok(())) => Ok(()),
@@ -121,7 +134,7 @@ async fn kill_with_deadline(
         let c = spec.clone().unwrap_or(fallback);
         let run = run_handler(&ctx.cri, &observed.id, &c, &hook, pod_ip.as_deref());
         let began = Instant::now();
-        let outcome = match tokio::time::timeout_at(deadline, run).await {
+        let outcome = match tokio::time::timeout_at(kill_time(deadline), run).await {
             Ok(Ok(())) => format!("preStop hook finished in {:.1}s", began.elapsed().as_secs_f64()),
             Ok(Err(msg)) => {
                 tracing::warn!(pod = %key, container = %name, error = %msg, "preStop hook failed");
@@ -136,7 +149,7 @@ async fn kill_with_deadline(
         ctx.registry.add_step(&key, Some(&name), Step::now(StepKind::PreStop, &observed.id, outcome));
     }
     for rx in &mut wait_for {
-        let _ = tokio::time::timeout_at(deadline, rx.wait_for(|done| *done)).await;
+        let _ = tokio::time::timeout_at(kill_time(deadline), rx.wait_for(|done| *done)).await;
     }
     match stop_by_deadline(&ctx, &key, &name, &observed.id, deadline).await {
         Ok(()) => true,

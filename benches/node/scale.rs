@@ -187,7 +187,6 @@ pub async fn run(ctx: &Ctx) -> Scenario {
         crilet_samples: vec![sample],
         ..Default::default()
     };
-    let sec = |v: f64| vec![v / 1e3];
     Scenario {
         id: "scale".into(),
         title: format!("{n} pods, {} containers, {} exec readiness probes", 2 * n, 2 * n),
@@ -212,8 +211,6 @@ pub async fn run(ctx: &Ctx) -> Scenario {
             Row {
                 baseline: format!("{:.1} s", raw_run_ms / 1e3),
                 crilet: format!("{:.1} s", cri_run_ms / 1e3),
-                baseline_samples: sec(raw_run_ms),
-                crilet_samples: sec(cri_run_ms),
                 ..ratio_row(
                     &format!("t0 → all {} containers running", 2 * n),
                     &[raw_run_ms],
@@ -225,8 +222,6 @@ pub async fn run(ctx: &Ctx) -> Scenario {
             Row {
                 baseline: format!("{:.1} s", raw_ready_ms / 1e3),
                 crilet: format!("{:.1} s", cri_ready_ms / 1e3),
-                baseline_samples: sec(raw_ready_ms),
-                crilet_samples: sec(cri_ready_ms),
                 ..ratio_row(&format!("t0 → all {n} pods Ready"), &[raw_ready_ms], &[cri_ready_ms], "ms", None)
             },
             one(
