@@ -51,7 +51,6 @@ done
 unset CRILET_RUNTIME
 . "$(dirname "$0")/lib.sh"
 require_root
-command -v jq >/dev/null || die "jq is needed to write the report (apt-get install jq)"
 
 wanted=()
 if [ -n "$only" ]; then
@@ -95,6 +94,8 @@ elif [ "$active" != 2.1 ]; then
     warn "the active runtime is $active: switching to 2.1 (this tears down the running pods)"
     CRILET_RUNTIME=2.1 bash "$HACK_DIR/setup.sh"
 fi
+# setup.sh installs jq; an environment set up by hand may lack it.
+command -v jq >/dev/null || die "jq is needed to write the report (apt-get install jq)"
 env_value() { sed -n "s/^$1=//p" "$ENV_FILE"; }
 RUNTIME_21="containerd $(env_value CRILET_RUNTIME_VERSION)"
 

@@ -39,7 +39,10 @@ impl Agent {
         }
         let socket = dir.join("crilet.sock");
         let log = std::fs::File::create(dir.join("crilet.log")).expect("agent log");
-        let child = Command::new(env!("CARGO_BIN_EXE_crilet"))
+        // CRILET_BENCH_BIN runs another build (e.g. an older commit's, for a before/after).
+        let bin =
+            std::env::var("CRILET_BENCH_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_crilet").to_string());
+        let child = Command::new(bin)
             .args(["run", "--container-runtime-endpoint", endpoint, "--pod-manifest-path"])
             .arg(&manifests)
             .arg("--root-dir")

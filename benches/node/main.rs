@@ -25,6 +25,7 @@
 //! Needs the environment of `hack/setup.sh`. Run: `cargo bench --bench node [-- SCENARIO...]`
 //! or `hack/bench.sh`. Environment (defaults in brackets):
 //!   CRILET_BENCH_SCENARIOS   comma-separated scenarios when none is given as an argument [all]
+//!   CRILET_BENCH_BIN         the crilet binary the agent runs [this build's]
 //!   CRILET_BENCH_SEQ_PODS    pods of start-seq, per side [20]
 //!   CRILET_BENCH_BURST_PODS  pods per round of start-burst [20]
 //!   CRILET_BENCH_BURST_ROUNDS rounds of start-burst, per side [5]
