@@ -5,8 +5,9 @@
 #   (default) stop the crilet started by demo.sh, kill and delete every container and pod
 #             sandbox in our containerd's k8s.io namespace (with the CNI teardown the CRI
 #             plugin would do: portmap/bridge DEL, netns removal), delete bridge crilet0 and
-#             the egress guard, stop our containerd and the registry. Images, the registry's
-#             data and the containerd root stay, so the next setup.sh is fast.
+#             the egress guard, stop our containerd and the registry, and remove the demo
+#             agent's pod state and logs (its pods are gone). Images, the registry's data and
+#             the containerd root stay, so the next setup.sh is fast.
 #   --all     also delete /var/lib/crilet-dev and /run/crilet-dev entirely.
 #   --keep-registry  leave the registry running (setup.sh switching runtimes; critest uses it).
 # Only processes recorded in /run/crilet-dev/*.pid (or running with our private config
@@ -256,6 +257,21 @@ remove_network() {
     fi
 }
 
+# remove_agent_state — the demo agent's pod state (saved statuses, restart counts, emptyDirs)
+# and its pod logs, once every pod is gone: a next demo must start its pods afresh, not count
+# the containers this teardown removed as restarts.
+remove_agent_state() {
+    local dir
+    for dir in "$CRILET_ROOT_DIR" "$CRILET_POD_LOGS_DIR" "$CRILET_DEV/containers-logs"; do
+        [ -d "$dir" ] || continue
+        if awk -v p="$dir/" 'index($5, p) == 1 {found=1} END {exit !found}' /proc/self/mountinfo; then
+            warn "mounts remain under $dir; leaving it"
+            continue
+        fi
+        rm -rf "$dir"
+    done
+}
+
 # ------------------------------------------------------------------------------------------
 stop_crilet
 
@@ -271,6 +287,9 @@ if [ -f "$CONTAINERD_CONFIG" ]; then
     remaining="$(ctrk containers ls -q 2>/dev/null || true)"
 fi
 remove_orphan_netns
+if [ -z "$remaining" ]; then
+    remove_agent_state
+fi
 if [ -z "$remaining" ] && [ -d "$CNI_IPAM_DIR" ]; then
     # No sandbox of ours is left, so no lease in our private store can be live.
     find "$CNI_IPAM_DIR" -mindepth 1 -delete
