@@ -118,7 +118,7 @@ impl RunArgs {
             .unwrap_or_else(|| "unix:///run/containerd/containerd.sock".into());
         let node_name = match self.node_name {
             Some(n) => n,
-            None => hostname::get()?.to_string_lossy().to_lowercase(),
+            None => crilet::node::default_node_name().context("reading the hostname for --node-name")?,
         };
         Ok(Settings {
             image_endpoint: self.image_service_endpoint.unwrap_or_else(|| runtime.clone()),

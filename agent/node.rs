@@ -45,6 +45,12 @@ impl HostDns {
 }
 
 /// `<pod-logs-dir>/<namespace>_<name>_<uid>` (R1.5).
+/// The node name when none is given: the hostname, lower-cased (as the kubelet's default).
+/// `crilet run` and `crilet validate` share it, since it is part of every pod's UID.
+pub fn default_node_name() -> std::io::Result<String> {
+    Ok(hostname::get()?.to_string_lossy().to_lowercase())
+}
+
 pub fn pod_log_dir(node: &NodeConfig, d: &DesiredPod) -> PathBuf {
     node.pod_logs_dir.join(format!("{}_{}_{}", d.key.namespace, d.key.name, d.uid))
 }

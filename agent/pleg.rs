@@ -161,7 +161,8 @@ pub async fn follow_events(cri: CriClient, wakers: Wakers, pleg: Arc<PlegState>,
     let mut told_unavailable = false;
     loop {
         let ended = follow_once(&cri, &wakers, &pleg, &cancel).await;
-        if ended != Ended::Cancelled {
+        // A runtime without the stream (Unimplemented, rechecked every minute) is no error.
+        if !matches!(ended, Ended::Cancelled | Ended::Unimplemented) {
             crate::metrics::get().evented_connection_error();
         }
         if pleg.following.load(Ordering::Relaxed) {

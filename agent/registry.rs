@@ -140,6 +140,15 @@ impl Registry {
         self.inner.pods.read().map(|p| p.values().cloned().collect()).unwrap_or_default()
     }
 
+    /// How many pods there are, and how many of them `pred` holds for, without copying them.
+    pub fn count_pods(&self, pred: impl Fn(&Pod) -> bool) -> (usize, usize) {
+        self.inner
+            .pods
+            .read()
+            .map(|p| (p.len(), p.values().filter(|r| pred(&r.pod)).count()))
+            .unwrap_or_default()
+    }
+
     /// Records an event; a repeat of the newest event for the same object bumps its count.
     pub fn record(
         &self,

@@ -276,6 +276,7 @@ remove_agent_state() {
 stop_crilet
 
 remaining=""
+listed=0 # 1 once containerd answered the list below (an empty answer then means no pods)
 if [ -f "$CONTAINERD_CONFIG" ]; then
     # Pods can only be removed through containerd: start ours if it is down (its shims may
     # still run containers from before).
@@ -284,10 +285,10 @@ if [ -f "$CONTAINERD_CONFIG" ]; then
         bash "$HACK_DIR/containerd.sh" start
     fi
     remove_k8s_containers
-    remaining="$(ctrk containers ls -q 2>/dev/null || true)"
+    if remaining="$(ctrk containers ls -q 2>/dev/null)"; then listed=1; else remaining=""; fi
 fi
 remove_orphan_netns
-if [ -z "$remaining" ]; then
+if [ "$listed" = 1 ] && [ -z "$remaining" ]; then
     remove_agent_state
 fi
 if [ -z "$remaining" ] && [ -d "$CNI_IPAM_DIR" ]; then

@@ -268,6 +268,23 @@ async fn metrics_show_a_running_pod_and_healthz_is_ok() {
     })
     .await;
 
+    // The probed pod too: its probe series go with it, and a probe attempt still in flight when
+    // its worker stopped does not bring them back once the pod is gone.
+    a.remove_manifest("probed.yaml");
+    let no_probe_series = |s: &Scrape| {
+        let mut m = Vec::new();
+        let left = find(s, "prober_probe_total", &[("pod", "probed")]).len();
+        need(&mut m, left == 0, "no probe series of the removed pod");
+        m
+    };
+    scrape_until(&address, Duration::from_secs(30), no_probe_series).await;
+    wait_for("the probed pod to be gone from the agent", Duration::from_secs(30), || async {
+        a.pods().filter(|pods| !pods.iter().any(|p| p["metadata"]["name"] == "probed")).map(|_| ())
+    })
+    .await;
+    let after = scrape_until(&address, Duration::from_secs(5), |_| Vec::new()).await;
+    assert!(no_probe_series(&after).is_empty(), "probe series came back after the pod was removed");
+
     a.stop();
     remove_pods_of(&a.env.cri(), &a.manifests).await;
 }

@@ -81,8 +81,8 @@ impl Report {
 pub fn run(args: &ValidateArgs) -> i32 {
     let node_name = match &args.node_name {
         Some(n) => n.clone(),
-        None => match hostname::get() {
-            Ok(h) => h.to_string_lossy().to_lowercase(),
+        None => match crate::node::default_node_name() {
+            Ok(h) => h,
             Err(e) => {
                 eprintln!("error: cannot read the hostname for --node-name: {e}");
                 return 2;

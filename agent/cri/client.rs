@@ -152,6 +152,24 @@ impl CriClient {
         }
     }
 
+    /// The runtime's running containers (list view), of every pod.
+    pub async fn running_containers(&self) -> Result<Vec<api::Container>, CriError> {
+        let mut c = self.runtime.clone();
+        let filter = api::ContainerFilter {
+            state: Some(api::ContainerStateValue { state: api::ContainerState::ContainerRunning as i32 }),
+            ..Default::default()
+        };
+        Ok(self
+            .call(
+                "ListContainers",
+                "running containers",
+                CALL_TIMEOUT,
+                c.list_containers(req(api::ListContainersRequest { filter: Some(filter) }, CALL_TIMEOUT)),
+            )
+            .await?
+            .containers)
+    }
+
     /// Every sandbox and container the runtime has that carries `label` (used by the PLEG
     /// relist and to find orphans): (sandboxes, containers) as the cheap list views.
     pub async fn list_all(

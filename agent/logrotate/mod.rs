@@ -20,7 +20,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use crate::cri::{CriClient, api};
+use crate::cri::CriClient;
 use crate::model::keys;
 use crate::source::quantity::Quantity;
 
@@ -198,11 +198,11 @@ async fn running_containers(
     cri: &CriClient,
     pod_logs_dir: &Path,
 ) -> Result<Vec<Candidate>, crate::cri::CriError> {
-    // Containers carry the pod's labels but not the sandbox's managed-by mark: list them all.
-    let (_, containers) = cri.list_all(None).await?;
+    // Containers carry the pod's labels but not the sandbox's managed-by mark: list every
+    // running one, and keep those whose pod log directory is ours.
+    let containers = cri.running_containers().await?;
     Ok(containers
         .into_iter()
-        .filter(|c| c.state == api::ContainerState::ContainerRunning as i32)
         .filter(|c| {
             let label = |k: &str| c.labels.get(k).map(String::as_str).unwrap_or_default();
             let pod_dir =

@@ -62,9 +62,10 @@ fn pre_stop(spec: Option<&Container>, observed: &ObservedContainer) -> Option<Li
 }
 
 /// `StopContainer` takes whole seconds: what is left of the budget, rounded up. Rounding down
-/// would SIGKILL before the deadline (a TGPS of 3 started 10 ms late became 2 s); rounding up
+/// would SIGKILL up to a second early (a TGPS of 3 started 10 ms late became 2 s); rounding up
 /// lets the runtime's own SIGKILL land up to a second late, so [`stop_by_deadline`] sends a
-/// second `StopContainer(0)` exactly at the deadline.
+/// second `StopContainer(0)` [`KILL_LEAD`] before the deadline (every container thus gets its
+/// budget less 60 ms, and has exited by the deadline).
 fn whole_secs_up(left: Duration) -> Duration {
     let secs = left.as_secs() + u64::from(left.subsec_nanos() > 0);
     Duration::from_secs(secs)

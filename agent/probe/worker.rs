@@ -90,14 +90,23 @@ impl ProbeTask {
                 spec: &self.spec,
                 pod_ip: self.pod_ip.as_deref(),
             };
-            let mut attempt = Attempt::Error(String::new());
             let began = std::time::Instant::now();
-            for _ in 0..MAX_TRIES {
-                attempt = run(p, &target).await;
-                if !matches!(attempt, Attempt::Error(_)) {
-                    break;
+            let attempts = async {
+                let mut attempt = Attempt::Error(String::new());
+                for _ in 0..MAX_TRIES {
+                    attempt = run(p, &target).await;
+                    if !matches!(attempt, Attempt::Error(_)) {
+                        break;
+                    }
                 }
-            }
+                attempt
+            };
+            // A probe stopped mid-attempt (its pod is going) reports nothing: no late event, and
+            // no metric series recreated after the pod's were removed.
+            let attempt = tokio::select! {
+                _ = cancel.cancelled() => return,
+                attempt = attempts => attempt,
+            };
             let title = self.kind.title();
             match attempt {
                 Attempt::Error(e) => {

@@ -205,7 +205,7 @@ pub struct NodeView {
 impl NodeView {
     /// The summary as of now.
     pub fn summary(&self) -> Summary {
-        let pods = self.registry.pods();
+        let (pods, ready) = self.registry.count_pods(pod_ready);
         let health = self.registry.runtime_health();
         let sync_loop_stuck = self
             .registry
@@ -213,8 +213,8 @@ impl NodeView {
             .check()
             .is_err_and(|problems| problems.iter().any(|p| matches!(p, Unhealthy::SyncLoop(Some(_)))));
         Summary {
-            pods: pods.len(),
-            ready: pods.iter().filter(|r| pod_ready(&r.pod)).count(),
+            pods,
+            ready,
             runtime: self.runtime.clone(),
             pleg_mode: self.pleg.mode(),
             runtime_error: (!health.available).then_some(health.last_error),
