@@ -248,57 +248,58 @@ async fn events_watch_streams_new_events() {
             }
         }
     });
-    // The watch is open before the pod exists: give the client a moment to connect, then check
-    // that it is still running (it did not print the empty backlog and exit). The agent's own
-    // events may come first; only the new pod's count.
-    tokio::time::sleep(Duration::from_millis(500)).await;
     let stderr_text = || std::fs::read_to_string(&stderr_file).unwrap_or_default();
-    assert!(
-        child.try_wait().expect("try_wait").is_none(),
-        "events --watch exited before any event: {}",
-        stderr_text()
-    );
-
-    a.write_manifest(
-        "watched.yaml",
-        r#"
+    let pod = |name: &str| {
+        format!(
+            r#"
 apiVersion: v1
 kind: Pod
-metadata: {name: watched, namespace: t-watch}
+metadata: {{name: {name}, namespace: t-watch}}
 spec:
   terminationGracePeriodSeconds: 1
   containers:
   - name: main
-    image: ${CRILET_IMAGE_BUSYBOX}
+    image: ${{CRILET_IMAGE_BUSYBOX}}
     command: [sh, -c, 'trap "exit 0" TERM; while true; do sleep 0.2; done']
-"#,
-    );
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+"#
+        )
+    };
     let mut seen = Vec::new();
-    let line = loop {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        match rx.recv_timeout(left) {
-            Ok(l) if l.contains("Pod/watched") && l.contains("Started") => break l,
-            Ok(l) => seen.push(l),
-            Err(_) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!(
-                    "events --watch printed no Started event of pod watched within 60 s; it printed:\n{}\nstderr:\n{}",
-                    seen.join("\n"),
-                    stderr_text()
-                );
+    let mut started_line = |name: &str, child: &mut std::process::Child| -> String {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(l) if l.contains(&format!("Pod/{name}")) && l.contains("Started") => return l,
+                Ok(l) => seen.push(l),
+                Err(_) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    panic!(
+                        "events --watch printed no Started event of pod {name} within 60 s; it printed:\n{}\nstderr:\n{}",
+                        seen.join("\n"),
+                        stderr_text()
+                    );
+                }
             }
         }
     };
+    // A first pod proves the watch is connected (its event was printed, from the backlog or
+    // live); the second pod is only written after that, so its event can only come live.
+    a.write_manifest("primer.yaml", &pod("primer"));
+    started_line("primer", &mut child);
+    assert!(child.try_wait().expect("try_wait").is_none(), "events --watch exited: {}", stderr_text());
+    a.write_manifest("watched.yaml", &pod("watched"));
+    let line = started_line("watched", &mut child);
     assert!(line.starts_with("t-watch"), "-A prints the namespace first: {line}");
     // Ended by its own PID (std's Child::kill), never by name.
     child.kill().expect("kill events --watch");
     let _ = child.wait();
 
     a.remove_manifest("watched.yaml");
-    wait_for("pod watched removed", Duration::from_secs(30), || async {
-        a.pods().filter(|pods| !pods.iter().any(|p| p["metadata"]["name"] == "watched")).map(drop)
+    a.remove_manifest("primer.yaml");
+    wait_for("pods watched and primer removed", Duration::from_secs(30), || async {
+        a.pods().filter(|pods| pods.is_empty()).map(drop)
     })
     .await;
 }
