@@ -3,14 +3,15 @@
 //! records for it, with the agent's own words, and the right exit status), on a directory
 //! mixing a good and a bad file, and on a manifest with warnings only.
 
-use std::fs;
-use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/manifest_corpus");
+use common::corpus::*;
+
+mod common;
+
 const EXAMPLES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples");
 /// The generated entry that is rewritten while it is read: a property of a concurrent writer
 /// (tests/hostile_input.rs), not one outcome.
@@ -50,98 +51,6 @@ fn validate(args: &[&Path]) -> (i32, String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
-}
-
-/// One line of `expected.txt`: file (without the `@` of generated entries), generated?, kind,
-/// text.
-struct Expectation {
-    file: String,
-    generated: bool,
-    kind: String,
-    text: String,
-}
-
-fn expectations() -> Vec<Expectation> {
-    let list = fs::read_to_string(Path::new(CORPUS).join("expected.txt")).expect("read expected.txt");
-    list.lines()
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .map(|line| {
-            let cols: Vec<&str> = line.splitn(3, '\t').collect();
-            let [file, kind, text] = cols[..] else {
-                panic!("expected.txt: not FILE<TAB>KIND<TAB>TEXT: {line:?}")
-            };
-            Expectation {
-                file: file.trim_start_matches('@').to_string(),
-                generated: file.starts_with('@'),
-                kind: kind.to_string(),
-                text: text.to_string(),
-            }
-        })
-        .collect()
-}
-
-fn write(path: &Path, content: &[u8], mode: u32) {
-    fs::write(path, content).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
-    fs::set_permissions(path, fs::Permissions::from_mode(mode)).expect("chmod");
-}
-
-fn manifest_dir() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().expect("tempdir");
-    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).expect("chmod");
-    dir
-}
-
-fn pod(name: &str) -> String {
-    format!(
-        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  containers:\n  - name: app\n    image: busybox:1.36\n"
-    )
-}
-
-/// Puts the entry into `dir` as tests/hostile_input.rs does: a copy of the committed file
-/// (mode 0644, whatever the checkout's umask), or the generated thing.
-fn create(e: &Expectation, dir: &Path, outside: &Path) {
-    let path = dir.join(&e.file);
-    if !e.generated {
-        let bytes = fs::read(Path::new(CORPUS).join(&e.file)).expect("read corpus file");
-        return write(&path, &bytes, 0o644);
-    }
-    match e.file.as_str() {
-        "huge-100mb.yaml" => {
-            let f = fs::File::create(&path).expect("create");
-            f.set_len(100 * 1024 * 1024).expect("grow to 100 MB (sparse)");
-            fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).expect("chmod");
-        }
-        "nested-100000.yaml" => {
-            write(&path, format!("{}{}", "[".repeat(100_000), "]".repeat(100_000)).as_bytes(), 0o644)
-        }
-        "fifo.yaml" => {
-            nix::unistd::mkfifo(&path, nix::sys::stat::Mode::from_bits_truncate(0o644)).expect("mkfifo")
-        }
-        "device.yaml" => nix::sys::stat::mknod(
-            &path,
-            nix::sys::stat::SFlag::S_IFCHR,
-            nix::sys::stat::Mode::from_bits_truncate(0o644),
-            nix::sys::stat::makedev(1, 5),
-        )
-        .expect("mknod"),
-        "directory.yaml" => {
-            fs::create_dir(&path).expect("mkdir");
-            write(&path.join("inner.yaml"), pod("inner").as_bytes(), 0o644);
-        }
-        "symlink-outside.yaml" => {
-            let target = outside.join("elsewhere.yaml");
-            write(&target, pod("elsewhere").as_bytes(), 0o644);
-            symlink(&target, &path).expect("symlink");
-        }
-        "symlink-writable.yaml" => {
-            let target = dir.join(".writable-target");
-            write(&target, pod("writable-target").as_bytes(), 0o666);
-            symlink(&target, &path).expect("symlink");
-        }
-        "symlink-dangling.yaml" => symlink(dir.join("nothing-here"), &path).expect("symlink"),
-        "writable.yaml" => write(&path, pod("writable").as_bytes(), 0o666),
-        other => panic!("expected.txt names a generated entry this test cannot make: @{other}"),
-    }
 }
 
 /// The exit status the agent's verdict gives: errors and conflicts fail, warnings do not.
@@ -190,14 +99,14 @@ fn every_corpus_entry_in_a_directory_gives_the_agents_problem() {
         let (dir, outside) = (manifest_dir(), manifest_dir());
         create(e, dir.path(), outside.path());
         let (code, out, err) = validate(&[dir.path()]);
-        let found = has_problem(&out, &e.kind, &dir.path().join(&e.file), &e.text);
-        if !found || code != want_code(&e.kind) {
+        let found = has_problem(&out, kind_name(e.kind), &dir.path().join(&e.file), &e.text);
+        if !found || code != want_code(kind_name(e.kind)) {
             failures.push(format!(
                 "{}: want {} {:?} and exit {}, got exit {code}:\n{out}{err}",
                 e.file,
                 e.kind,
                 e.text,
-                want_code(&e.kind)
+                want_code(kind_name(e.kind))
             ));
         }
     }
@@ -218,7 +127,7 @@ fn committed_corpus_files_named_on_the_command_line_give_the_same_problems() {
     assert_eq!(code, 1, "errors fail the run\n{err}");
     let missing: Vec<String> = entries
         .iter()
-        .filter(|e| !has_problem(&out, &e.kind, &dir.path().join(&e.file), &e.text))
+        .filter(|e| !has_problem(&out, kind_name(e.kind), &dir.path().join(&e.file), &e.text))
         .map(|e| format!("{}: {} {:?}", e.file, e.kind, e.text))
         .collect();
     assert!(missing.is_empty(), "not reported when named:\n{}\n--- output ---\n{out}", missing.join("\n"));

@@ -3,6 +3,7 @@
 //! socket; pods in a namespace of the test's own), and waits on observable state with deadlines.
 #![allow(dead_code)]
 
+pub mod corpus;
 pub mod cri_proxy;
 
 use std::collections::HashMap;
