@@ -117,3 +117,17 @@ pub async fn remove_pod(cri: &CriClient, sandbox: &str) {
     cri.stop_sandbox(sandbox).await.expect("StopPodSandbox");
     cri.remove_sandbox(sandbox).await.expect("RemovePodSandbox");
 }
+
+/// [`remove_pod`] for every sandbox, all at once.
+pub async fn remove_pods(cri: &CriClient, sandboxes: Vec<String>) {
+    let removals: Vec<_> = sandboxes
+        .into_iter()
+        .map(|sb| {
+            let cri = cri.clone();
+            tokio::spawn(async move { remove_pod(&cri, &sb).await })
+        })
+        .collect();
+    for r in removals {
+        r.await.expect("raw pod removal");
+    }
+}

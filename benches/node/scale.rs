@@ -76,16 +76,7 @@ async fn raw_run(ctx: &Ctx, names: &[String], limit: Duration) -> (f64, f64) {
         (started - t0).as_secs_f64(),
         (ready - t0).as_secs_f64()
     );
-    let removals: Vec<_> = sandboxes
-        .into_iter()
-        .map(|sb| {
-            let cri = ctx.cri.clone();
-            tokio::spawn(async move { raw::remove_pod(&cri, &sb).await })
-        })
-        .collect();
-    for r in removals {
-        r.await.expect("raw pod removal");
-    }
+    raw::remove_pods(&ctx.cri, sandboxes).await;
     (ms(started - t0), ms(ready - t0))
 }
 

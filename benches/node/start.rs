@@ -54,16 +54,7 @@ async fn raw_pods(ctx: &Ctx, node: &crilet::pod::spec::NodeConfig, names: &[Stri
     let got = waiter.await.expect("waiting for the raw pods");
     let per_pod: Vec<f64> = got.values().map(|at| ms(*at - t0)).collect();
     let all = per_pod.iter().copied().fold(0.0, f64::max);
-    let removals: Vec<_> = sandboxes
-        .into_iter()
-        .map(|sb| {
-            let cri = ctx.cri.clone();
-            tokio::spawn(async move { raw::remove_pod(&cri, &sb).await })
-        })
-        .collect();
-    for r in removals {
-        r.await.expect("raw pod removal");
-    }
+    raw::remove_pods(&ctx.cri, sandboxes).await;
     (per_pod, all)
 }
 
