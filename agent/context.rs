@@ -10,6 +10,7 @@ use crate::cri::CriClient;
 use crate::model::PodKey;
 use crate::node::NodeConfig;
 use crate::registry::Registry;
+use crate::volumes::VolumeManager;
 
 pub struct PodContext {
     pub cri: CriClient,
@@ -20,20 +21,38 @@ pub struct PodContext {
     /// When the agent started (R6.2: probes of an agent that started less than one period ago
     /// begin after a random fraction of the period).
     pub started: std::time::Instant,
+    /// Cluster mode: the API-backed volumes and env of pods (`None`: static pods only, which
+    /// cannot name API objects).
+    pub volumes: Option<Arc<VolumeManager>>,
 }
 
 pub type Shared = Arc<PodContext>;
 
 impl PodContext {
     pub fn new(cri: CriClient, node: NodeConfig, registry: Registry) -> Shared {
-        Arc::new(Self {
+        Arc::new(Self::unshared(cri, node, registry))
+    }
+
+    /// Cluster mode: [`Self::new`] with API-backed volumes and env from `volumes`.
+    pub fn new_with_volumes(
+        cri: CriClient,
+        node: NodeConfig,
+        registry: Registry,
+        volumes: Arc<VolumeManager>,
+    ) -> Shared {
+        Arc::new(Self { volumes: Some(volumes), ..Self::unshared(cri, node, registry) })
+    }
+
+    fn unshared(cri: CriClient, node: NodeConfig, registry: Registry) -> Self {
+        Self {
             cri,
             node,
             registry,
             image_backoff: Mutex::new(Backoff::image_pull()),
             pull_lock: AsyncMutex::new(()),
             started: std::time::Instant::now(),
-        })
+            volumes: None,
+        }
     }
 
     pub fn normal(&self, pod: &PodKey, container: Option<&str>, reason: &str, message: String) {

@@ -2,10 +2,12 @@
 pub mod api;
 pub mod backoff;
 pub mod cli;
+pub mod cluster;
 pub mod context;
 pub mod cri;
 pub mod expand;
 pub mod health;
+pub mod kubelet_api;
 pub mod logrotate;
 pub mod metrics;
 pub mod model;
@@ -19,6 +21,7 @@ pub mod source;
 pub mod status;
 pub mod systemd;
 pub mod timeline;
+pub mod volumes;
 
 pub mod proto {
     //! The generated control API (`proto/crilet/v1`).

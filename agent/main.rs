@@ -84,6 +84,36 @@ struct RunArgs {
     /// address); empty for none [default: none]
     #[arg(long)]
     metrics_bind_address: Option<String>,
+    /// Join the cluster this kubeconfig names, as node --node-name; without it, static pods
+    /// only [default: none]
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// The Node's InternalIP; the kubelet API binds to it [default: the host's first
+    /// non-loopback address]
+    #[arg(long)]
+    node_ip: Option<String>,
+    /// Labels added to the Node, k=v,k2=v2 [default: none]
+    #[arg(long)]
+    node_labels: Option<String>,
+    /// The Node's pods capacity; admission refuses more (OutOfpods) [default: 110]
+    #[arg(long)]
+    max_pods: Option<u32>,
+    /// The kubelet API's port (TLS) [default: 10250]
+    #[arg(long)]
+    port: Option<u16>,
+    /// The kubelet API's serving certificate (PEM) [default: none]
+    #[arg(long)]
+    tls_cert_file: Option<PathBuf>,
+    /// The kubelet API's serving key (PEM) [default: none]
+    #[arg(long)]
+    tls_private_key_file: Option<PathBuf>,
+    /// CA for client certificates on the kubelet API [default: none]
+    #[arg(long)]
+    client_ca_file: Option<PathBuf>,
+    /// How often running API pods' ConfigMap, Secret and downward-API volumes are refreshed
+    /// (the kubelet's sync frequency) [default: 1m]
+    #[arg(long)]
+    sync_frequency: Option<String>,
     /// A YAML file holding the same settings (flags win)
     #[arg(long)]
     #[serde(skip)]
@@ -112,6 +142,15 @@ impl RunArgs {
             self.container_log_max_files = self.container_log_max_files.or(file.container_log_max_files);
             self.container_log_monitor_interval =
                 self.container_log_monitor_interval.or(file.container_log_monitor_interval);
+            self.kubeconfig = self.kubeconfig.or(file.kubeconfig);
+            self.node_ip = self.node_ip.or(file.node_ip);
+            self.node_labels = self.node_labels.or(file.node_labels);
+            self.max_pods = self.max_pods.or(file.max_pods);
+            self.port = self.port.or(file.port);
+            self.tls_cert_file = self.tls_cert_file.or(file.tls_cert_file);
+            self.tls_private_key_file = self.tls_private_key_file.or(file.tls_private_key_file);
+            self.client_ca_file = self.client_ca_file.or(file.client_ca_file);
+            self.sync_frequency = self.sync_frequency.or(file.sync_frequency);
         }
         let runtime = self
             .container_runtime_endpoint
@@ -120,11 +159,53 @@ impl RunArgs {
             Some(n) => n,
             None => crilet::node::default_node_name().context("reading the hostname for --node-name")?,
         };
+        let root_dir: PathBuf = self.root_dir.clone().unwrap_or_else(|| "/var/lib/crilet".into());
+        let node_ip = match self.node_ip.filter(|ip| !ip.is_empty()) {
+            Some(ip) => {
+                ip.parse::<std::net::IpAddr>()
+                    .with_context(|| format!("--node-ip {ip:?} is not an IP address"))?;
+                Some(ip)
+            }
+            None => None,
+        };
+        let sync_text = self.sync_frequency.as_deref().unwrap_or("1m");
+        let sync_frequency =
+            crilet::logrotate::plan::parse_go_duration(sync_text).filter(|d| !d.is_zero()).with_context(
+                || format!("--sync-frequency {sync_text:?} is not a positive duration (e.g. 1m, 10s)"),
+            )?;
+        let cluster = match self.kubeconfig.filter(|p| !p.as_os_str().is_empty()) {
+            None => None,
+            Some(kubeconfig) => {
+                let node_ip = node_ip
+                    .clone()
+                    .or_else(host_ip)
+                    .context("--node-ip: no non-loopback address found on this host; give the Node's IP")?;
+                Some(ClusterSettings {
+                    config: crilet::cluster::ClusterConfig {
+                        kubeconfig,
+                        node_name: node_name.clone(),
+                        node_ip,
+                        node_labels: crilet::cluster::parse_labels(
+                            self.node_labels.as_deref().unwrap_or(""),
+                        )?,
+                        max_pods: self.max_pods.unwrap_or(110),
+                        port: self.port.unwrap_or(10250),
+                        root_dir: root_dir.clone(),
+                    },
+                    sync_frequency,
+                    tls_cert_file: self.tls_cert_file,
+                    tls_private_key_file: self.tls_private_key_file,
+                    client_ca_file: self.client_ca_file,
+                })
+            }
+        };
         Ok(Settings {
+            cluster,
+            node_ip,
             image_endpoint: self.image_service_endpoint.unwrap_or_else(|| runtime.clone()),
             runtime_endpoint: runtime,
             manifest_dir: self.pod_manifest_path.unwrap_or_else(|| "/etc/crilet/manifests".into()),
-            root_dir: self.root_dir.unwrap_or_else(|| "/var/lib/crilet".into()),
+            root_dir,
             pod_logs_dir: self.pod_logs_dir.unwrap_or_else(|| "/var/log/pods".into()),
             container_logs_dir: match self.container_logs_dir {
                 Some(p) if p.is_empty() => None,
@@ -143,7 +224,20 @@ impl RunArgs {
     }
 }
 
+/// Cluster mode's settings (`--kubeconfig` given).
+struct ClusterSettings {
+    config: crilet::cluster::ClusterConfig,
+    /// How often API volumes are refreshed.
+    sync_frequency: Duration,
+    tls_cert_file: Option<PathBuf>,
+    tls_private_key_file: Option<PathBuf>,
+    client_ca_file: Option<PathBuf>,
+}
+
 struct Settings {
+    cluster: Option<ClusterSettings>,
+    /// `--node-ip`, if given (the pods' hostIP; the Node's InternalIP).
+    node_ip: Option<String>,
     runtime_endpoint: String,
     image_endpoint: String,
     manifest_dir: PathBuf,
@@ -235,6 +329,12 @@ async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
         let listener = crilet::metrics::server::bind(address)?;
         tokio::spawn(crilet::metrics::server::serve(listener, registry.clone(), cancel.clone()));
     }
+    // A kubeconfig that cannot work stops the agent before anything runs; an API server that
+    // is not there yet does not.
+    let link = match &s.cluster {
+        Some(c) => Some(crilet::cluster::connect(&c.config, &registry).await?),
+        None => None,
+    };
     let cri = CriClient::new(&s.runtime_endpoint, &s.image_endpoint).context("configuring the CRI client")?;
     service.starting("waiting for the runtime");
     let Some(runtime) = wait_for_runtime(&cri, &s.runtime_endpoint, &cancel).await else { return Ok(()) };
@@ -246,10 +346,23 @@ async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
         pod_logs_dir: s.pod_logs_dir.clone(),
         container_logs_dir: s.container_logs_dir.clone(),
         node_name: s.node_name.clone(),
-        host_ip: host_ip(),
+        host_ip: s.node_ip.clone().or_else(host_ip),
         host_dns,
     };
-    let ctx = PodContext::new(cri.clone(), node, registry.clone());
+    let ctx = match (&link, &s.cluster) {
+        (Some(link), Some(c)) => {
+            let objects = std::sync::Arc::new(crilet::volumes::KubeObjects::new(link.client.clone()));
+            let volumes = crilet::volumes::VolumeManager::new(
+                objects,
+                &node,
+                crilet::cluster::allocatable(&c.config),
+                c.sync_frequency,
+            );
+            PodContext::new_with_volumes(cri.clone(), node, registry.clone(), std::sync::Arc::new(volumes))
+        }
+        _ => PodContext::new(cri.clone(), node, registry.clone()),
+    };
+    let ctx_volumes = ctx.volumes.clone();
     let pleg_state = std::sync::Arc::new(pleg::PlegState::default());
     let api_task = {
         let info = crilet::api::RuntimeInfo {
@@ -294,6 +407,54 @@ async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
     let initial = manifests.borrow().clone();
     info!(dir = %s.manifest_dir.display(), pods = initial.pods.len(), problems = initial.problems.len(), "manifests loaded");
     let mut sup = Supervisor::new(ctx, wakers, cancel.clone());
+    let manifests = match (&s.cluster, link) {
+        (Some(c), Some(link)) => {
+            let runtime_uids = match cri.list_all(Some((crilet::model::keys::MANAGED_BY, "crilet"))).await {
+                Ok((sandboxes, _)) => sandboxes
+                    .iter()
+                    .filter_map(|sb| sb.labels.get(crilet::model::keys::POD_UID).cloned())
+                    .collect(),
+                Err(e) => {
+                    warn!(error = %e, "listing the runtime's pods for cluster mode failed");
+                    Default::default()
+                }
+            };
+            let api_client = link.client.clone();
+            let (merged, gone) = crilet::cluster::start(
+                link,
+                &c.config,
+                ctx_volumes.clone().map(|v| (v, c.sync_frequency)),
+                cri.clone(),
+                format!("{}://{}", runtime.name, runtime.version),
+                runtime_uids,
+                registry.clone(),
+                manifests,
+                cancel.clone(),
+            );
+            sup = sup.with_api_pods(gone);
+            match (&c.tls_cert_file, &c.tls_private_key_file) {
+                (Some(cert), Some(key)) => {
+                    let ip: std::net::IpAddr =
+                        c.config.node_ip.parse().context("--node-ip for the kubelet API")?;
+                    let cfg = crilet::kubelet_api::Config {
+                        bind: std::net::SocketAddr::new(ip, c.config.port),
+                        cert_file: cert.clone(),
+                        key_file: key.clone(),
+                        client_ca_file: c.client_ca_file.clone(),
+                        node_name: c.config.node_name.clone(),
+                    };
+                    let server = crilet::kubelet_api::bind(cfg, api_client.clone(), registry.clone()).await?;
+                    info!(address = %format!("{ip}:{}", c.config.port), "serving the kubelet API (TLS)");
+                    tokio::spawn(server.serve(cancel.child_token()));
+                }
+                _ => warn!(
+                    "no --tls-cert-file/--tls-private-key-file: the kubelet API (kubectl logs) is not served"
+                ),
+            }
+            merged
+        }
+        _ => manifests,
+    };
     sup.apply(&initial);
     service.starting(&crilet::systemd::first_sync(initial.pods.len()));
     sup.reap_orphans(&initial, &s.manifest_dir).await;
@@ -326,6 +487,7 @@ async fn preflight(args: RunArgs) -> i32 {
                 pod_logs_dir: s.pod_logs_dir,
                 container_logs_dir: s.container_logs_dir,
                 control_socket: s.control_socket,
+                kubeconfig: s.cluster.as_ref().map(|c| c.config.kubeconfig.clone()),
                 node_name: s.node_name,
                 config_file,
             })

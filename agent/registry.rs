@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, RwLock};
 
 use k8s_openapi::api::core::v1::{Pod, PodCondition};
-use tokio::sync::{Notify, broadcast};
+use tokio::sync::{Notify, broadcast, watch};
 
 use crate::model::PodKey;
 use crate::timeline::{Step, Timeline};
@@ -79,6 +79,19 @@ struct Inner {
     liveness: crate::health::Liveness,
     /// Each pod's lifecycle steps, for `describe` (dropped with the pod).
     timelines: Mutex<BTreeMap<PodKey, Timeline>>,
+    /// Bumped whenever a pod is put or removed (the cluster status writer waits on it).
+    changes: watch::Sender<u64>,
+    /// Cluster mode: whether the API server answers (`None` without a kubeconfig).
+    api: Mutex<Option<ApiHealth>>,
+}
+
+/// Whether the API server answers the agent (cluster mode).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiHealth {
+    pub reachable: bool,
+    /// When it last became reachable or unreachable.
+    pub since: jiff::Timestamp,
+    pub last_error: String,
 }
 
 impl Default for Registry {
@@ -94,6 +107,8 @@ impl Default for Registry {
                 runtime: Mutex::default(),
                 liveness: crate::health::Liveness::default(),
                 timelines: Mutex::default(),
+                changes: watch::channel(0).0,
+                api: Mutex::default(),
             }),
         }
     }
@@ -105,6 +120,36 @@ impl Registry {
         if let Ok(mut pods) = self.inner.pods.write() {
             pods.insert(key, record);
         }
+        self.inner.changes.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Changes whenever a pod is put or removed.
+    pub fn pod_changes(&self) -> watch::Receiver<u64> {
+        self.inner.changes.subscribe()
+    }
+
+    /// Cluster mode: the API server answered (`ok`) or failed with `error`.
+    pub fn set_api_health(&self, ok: bool, error: &str) {
+        let Ok(mut h) = self.inner.api.lock() else { return };
+        match h.as_mut() {
+            Some(cur) if cur.reachable == ok => {
+                if !ok {
+                    cur.last_error = error.to_string();
+                }
+            }
+            _ => {
+                *h = Some(ApiHealth {
+                    reachable: ok,
+                    since: jiff::Timestamp::now(),
+                    last_error: error.to_string(),
+                })
+            }
+        }
+    }
+
+    /// Cluster mode: whether the API server answers; `None` without a kubeconfig.
+    pub fn api_health(&self) -> Option<ApiHealth> {
+        self.inner.api.lock().ok().and_then(|h| h.clone())
     }
 
     /// Forgets a pod (after it has terminated and its sandbox is gone).
@@ -118,6 +163,7 @@ impl Registry {
         if let Ok(mut t) = self.inner.timelines.lock() {
             t.remove(key);
         }
+        self.inner.changes.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     /// Adds a lifecycle step of one container of the pod (`None`: of the pod itself).

@@ -102,6 +102,50 @@ CRILET_ROOT_DIR="$CRILET_DEV/agent"
 CRILET_POD_LOGS_DIR="$CRILET_DEV/pod-logs"
 DEMO_MANIFESTS="$CRILET_DEV/demo-manifests"
 
+# --- Kubernetes control plane (hack/cluster.sh) ------------------------------------------
+# Upstream kube-apiserver/-controller-manager/-scheduler (and, on request, the kubelet) built
+# from the k8s.io/kubernetes Go module; etcd and kubectl from Debian sid, unpacked into a
+# private prefix. Everything listens on 127.0.0.1 only.
+K8S_VERSION=v1.36.3
+# The staging modules (k8s.io/api, k8s.io/apiserver, ...) of that release.
+K8S_STAGING_VERSION=v0.36.3
+# etcd: the upstream version (whatever Debian revision of it sid has); kubectl: the exact
+# Debian version (the image may carry another `kubectl` package with a higher epoch).
+ETCD_VERSION=3.5.30
+KUBECTL_DEB_VERSION=1.36.4+ds-1
+# Build caches and binaries (persistent, keyed by version; kept by teardown.sh, removed only
+# with teardown.sh --all, which deletes all of /var/lib/crilet-dev).
+K8S_DIR="$CRILET_DEV/k8s"
+K8S_BIN_DIR="$K8S_DIR/$K8S_VERSION/bin"
+K8S_WRAPPER_DIR="$K8S_DIR/$K8S_VERSION/wrapper"
+K8S_GOENV=(GOPATH="$K8S_DIR/go" GOCACHE="$K8S_DIR/go/cache" GOMODCACHE="$K8S_DIR/go/mod"
+    GOTOOLCHAIN=local GOFLAGS="-buildvcs=false" CGO_ENABLED=0)
+K8S_SID_DIR="$K8S_DIR/sid"
+ETCD_BIN="$K8S_SID_DIR/etcd-server-$ETCD_VERSION/usr/bin/etcd"
+KUBECTL_BIN="$K8S_SID_DIR/kubectl-$KUBECTL_DEB_VERSION/usr/bin/kubectl"
+# The cluster's own state: PKI, kubeconfigs, node identities, etcd data. `cluster.sh down`
+# removes the etcd data (the next up starts empty) and keeps the PKI; teardown.sh (cluster.sh
+# down --purge) removes all of it, and the next up makes a new CA.
+CLUSTER_DIR="$CRILET_DEV/cluster"
+CLUSTER_PKI="$CLUSTER_DIR/pki"
+CLUSTER_ETCD_DATA="$CLUSTER_DIR/etcd"
+CLUSTER_ADMIN_KUBECONFIG="$CLUSTER_DIR/admin.kubeconfig"
+CLUSTER_NODES_DIR="$CLUSTER_DIR/nodes"
+# Runtime: pid files and the env file.
+CLUSTER_RUN="$CRILET_RUN/cluster"
+CLUSTER_ENV_FILE="$CLUSTER_RUN/env"
+# Ports on 127.0.0.1 (none of them a default port, so a system etcd/Kubernetes can coexist).
+CLUSTER_ETCD_CLIENT_PORT=2479
+CLUSTER_ETCD_PEER_PORT=2480
+CLUSTER_APISERVER_PORT=16443
+CLUSTER_KCM_PORT=16257
+CLUSTER_SCHEDULER_PORT=16259
+CLUSTER_PORTS=("$CLUSTER_ETCD_CLIENT_PORT" "$CLUSTER_ETCD_PEER_PORT" "$CLUSTER_APISERVER_PORT"
+    "$CLUSTER_KCM_PORT" "$CLUSTER_SCHEDULER_PORT")
+CLUSTER_SERVER="https://127.0.0.1:$CLUSTER_APISERVER_PORT"
+# The processes, in start order (pid files $CLUSTER_RUN/NAME.pid, logs $LOG_DIR/cluster-NAME.log).
+CLUSTER_COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler)
+
 # Quiet by default: noisy tools (apt, cargo) write to $VERBOSE_LOG; CRILET_VERBOSE=1 (or -v
 # to demo.sh/setup.sh) shows everything.
 VERBOSE_LOG="$LOG_DIR/setup.log"

@@ -8,7 +8,12 @@
 #             the egress guard, stop our containerd and the registry, and remove the demo
 #             agent's pod state and logs (its pods are gone). Images, the registry's data and
 #             the containerd root stay, so the next setup.sh is fast.
-#   --all     also delete /var/lib/crilet-dev and /run/crilet-dev entirely.
+#             The control plane of hack/cluster.sh is stopped (`cluster.sh down --purge`: its
+#             processes by pid file, then its PKI, kubeconfigs, node identities, etcd data, pid
+#             files and env file are removed); its binaries and Go build caches
+#             (/var/lib/crilet-dev/k8s) are kept.
+#   --all     also delete /var/lib/crilet-dev and /run/crilet-dev entirely (the cluster's
+#             binaries and build caches with them: the next hack/cluster.sh builds ~10 min).
 #   --keep-registry  leave the registry running (setup.sh switching runtimes; critest uses it).
 # Only processes recorded in /run/crilet-dev/*.pid (or running with our private config
 # paths) are signalled; the system containerd and foreign network namespaces are left alone.
@@ -21,7 +26,7 @@ for arg in "$@"; do
     case "$arg" in
         --all) ALL=1 ;;
         --keep-registry) KEEP_REGISTRY=1 ;;
-        -h | --help) sed -n '2,13p' "$0"; exit 0 ;;
+        -h | --help) sed -n '2,19p' "$0"; exit 0 ;;
         *) die "unknown argument: $arg (usage: $0 [--all | --keep-registry])" ;;
     esac
 done
@@ -274,6 +279,8 @@ remove_agent_state() {
 
 # ------------------------------------------------------------------------------------------
 stop_crilet
+# The cluster after crilet (its client), before containerd (they do not depend on each other).
+bash "$HACK_DIR/cluster.sh" down --purge || warn "hack/cluster.sh down failed; the control plane may still run"
 
 remaining=""
 listed=0 # 1 once containerd answered the list below (an empty answer then means no pods)

@@ -2,7 +2,8 @@
 # hack/verify-clean.sh — after hack/teardown.sh: is anything of the project left on the machine?
 #
 # Usage: hack/verify-clean.sh   (as root; hack/test.sh runs it after its final teardown)
-# Checks: no process of ours (containerd, registry, shims, crilet, critest's containerd), no
+# Checks: no process of ours (containerd, registry, shims, crilet, critest's containerd, the
+# control plane of hack/cluster.sh: no pid file of it, no listener on its ports), no
 # pod cgroup in any hierarchy (when setup made the pod cgroup parent), no socket under
 # /run/crilet-dev, no mount under /run/crilet-dev or /var/lib/crilet-dev, no network
 # namespace or interface of ours (bridges crilet0 / crilet-ct0 and their veths), no iptables
@@ -21,6 +22,24 @@ for d in /proc/[0-9]*; do
     case "$cmd" in
         *"$CRILET_DEV"* | *"$CRILET_RUN"*) leftover "process ${d#/proc/}: ${cmd:0:160}" ;;
     esac
+done
+
+# hack/cluster.sh's control plane: no pid file left (cluster.sh down removes them), no process
+# behind one, nothing listening on its ports (etcd, kube-apiserver, -controller-manager,
+# -scheduler).
+for pidfile in "$CLUSTER_RUN"/*.pid; do
+    [ -e "$pidfile" ] || continue
+    pid="$(tr -dc '0-9' <"$pidfile")"
+    if [ -n "$pid" ] && [ -d "/proc/$pid" ]; then
+        leftover "cluster process $pid ($(basename "$pidfile" .pid)): $(pid_cmdline "$pid" | cut -c1-160)"
+    else
+        leftover "cluster pid file $pidfile (process gone)"
+    fi
+done
+for port in "${CLUSTER_PORTS[@]}"; do
+    while read -r listener; do
+        leftover "listener on cluster port $port: $listener"
+    done < <(ss -Hltnp "sport = :$port" 2>/dev/null | awk '{print $4, $6}')
 done
 
 if [ -e "$OWNED_DIR/kubepods" ] || [ ! -d "$OWNED_DIR" ]; then

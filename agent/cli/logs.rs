@@ -36,6 +36,8 @@ const OUT_CHUNK: usize = 64 * 1024;
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct CriLine<'a> {
     pub time: &'a [u8],
+    /// `time`, parsed.
+    pub at: jiff::Timestamp,
     /// A `P` record: the content continues in the next record.
     pub partial: bool,
     pub content: &'a [u8],
@@ -47,13 +49,24 @@ pub(crate) fn parse_cri_line(line: &[u8]) -> Option<CriLine<'_>> {
     let line = line.strip_suffix(b"\n").unwrap_or(line);
     let mut parts = line.splitn(4, |&b| b == b' ');
     let time = parts.next()?;
-    std::str::from_utf8(time).ok()?.parse::<jiff::Timestamp>().ok()?;
+    let at = std::str::from_utf8(time).ok()?.parse::<jiff::Timestamp>().ok()?;
     if !matches!(parts.next()?, b"stdout" | b"stderr") {
         return None;
     }
     let tag = parts.next()?;
     let partial = tag.split(|&b| b == b':').next() == Some(b"P");
-    Some(CriLine { time, partial, content: parts.next().unwrap_or_default() })
+    Some(CriLine { time, at, partial, content: parts.next().unwrap_or_default() })
+}
+
+/// Turns CRI records, one at a time, into output: `crilet logs`' [`LogPrinter`], and the kubelet
+/// API's filter (`since`, `limitBytes`), share the reading of files and rotations below.
+pub(crate) trait RecordSink {
+    /// Appends what `record` (one line of the file, its newline optional) prints to `out`.
+    fn push(&mut self, record: &[u8], out: &mut Vec<u8>);
+    /// Whether nothing more will be printed (a byte limit is reached): reading stops.
+    fn full(&self) -> bool {
+        false
+    }
 }
 
 /// Turns CRI records into the text `kubectl logs` prints: partial records joined, and with
@@ -68,8 +81,10 @@ impl LogPrinter {
     pub(crate) fn new(timestamps: bool) -> Self {
         Self { timestamps, at_line_start: true }
     }
+}
 
-    pub(crate) fn push(&mut self, record: &[u8], out: &mut Vec<u8>) {
+impl RecordSink for LogPrinter {
+    fn push(&mut self, record: &[u8], out: &mut Vec<u8>) {
         let Some(line) = parse_cri_line(record) else { return };
         if self.timestamps && self.at_line_start {
             out.extend_from_slice(line.time);
@@ -187,12 +202,13 @@ pub(crate) fn tail_offset<R: Read + Seek>(r: &mut R, n: usize) -> io::Result<u64
 }
 
 /// The pod's status entry for a container (init or regular).
-fn container_status<'a>(pod: &'a Pod, name: &str) -> Option<&'a ContainerStatus> {
+pub(crate) fn container_status<'a>(pod: &'a Pod, name: &str) -> Option<&'a ContainerStatus> {
     let status = pod.status.as_ref()?;
     status.init_container_statuses.iter().chain(&status.container_statuses).flatten().find(|c| c.name == name)
 }
 
-fn log_directory(pod: &Pod) -> PathBuf {
+/// The pod's log directory: its `crilet.io/log-directory` annotation, else the kubelet's layout.
+pub(crate) fn log_directory(pod: &Pod) -> PathBuf {
     let meta = &pod.metadata;
     match meta.annotations.as_ref().and_then(|a| a.get(LOG_DIRECTORY_ANNOTATION)) {
         Some(dir) => PathBuf::from(dir),
@@ -206,7 +222,7 @@ fn log_directory(pod: &Pod) -> PathBuf {
 }
 
 /// The instance numbers `N` of the `N.log` files in a container's log directory.
-fn log_files(dir: &Path) -> io::Result<Vec<u32>> {
+pub(crate) fn log_files(dir: &Path) -> io::Result<Vec<u32>> {
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -223,7 +239,7 @@ fn log_files(dir: &Path) -> io::Result<Vec<u32>> {
 }
 
 /// An open log file, read record by record from `offset`.
-struct LogFile {
+pub(crate) struct LogFile {
     reader: BufReader<File>,
     ino: u64,
     offset: u64,
@@ -232,7 +248,7 @@ struct LogFile {
 }
 
 impl LogFile {
-    fn open(path: &Path) -> io::Result<Self> {
+    pub(crate) fn open(path: &Path) -> io::Result<Self> {
         let file = File::open(path)?;
         let ino = file.metadata()?.ino();
         Ok(Self { reader: BufReader::new(file), ino, offset: 0, pending: Vec::new() })
@@ -243,9 +259,20 @@ impl LogFile {
         Ok(())
     }
 
+    /// Positions the file at its last `lines` records.
+    pub(crate) fn seek_tail(&mut self, lines: usize) -> io::Result<()> {
+        let start = tail_offset(self.reader.get_mut(), lines)?;
+        self.seek(start)
+    }
+
     /// Prints every complete record up to the end of the file (and with `last`, an unterminated
     /// final one) to `out`; reports whether anything was read.
-    fn drain(&mut self, printer: &mut LogPrinter, last: bool, out: &mut dyn Write) -> io::Result<bool> {
+    pub(crate) fn drain(
+        &mut self,
+        printer: &mut dyn RecordSink,
+        last: bool,
+        out: &mut dyn Write,
+    ) -> io::Result<bool> {
         if self.reader.get_ref().metadata()?.len() < self.offset {
             // Truncated in place: start over, as the kubelet does.
             self.pending.clear();
@@ -253,7 +280,7 @@ impl LogFile {
         }
         let mut buf = Vec::new();
         let mut grew = false;
-        loop {
+        while !printer.full() {
             let n = self.reader.read_until(b'\n', &mut self.pending)?;
             self.offset += n as u64;
             grew |= n > 0;
@@ -266,7 +293,7 @@ impl LogFile {
                 out.write_all(&std::mem::take(&mut buf))?;
             }
         }
-        if last && !self.pending.is_empty() {
+        if last && !self.pending.is_empty() && !printer.full() {
             printer.push(&std::mem::take(&mut self.pending), &mut buf);
         }
         out.write_all(&buf)?;
@@ -287,13 +314,13 @@ pub(crate) struct Follower {
 }
 
 impl Follower {
-    fn new(path: PathBuf, current: LogFile) -> Self {
+    pub(crate) fn new(path: PathBuf, current: LogFile) -> Self {
         Self { path, files: VecDeque::from([current]), quiet: 0 }
     }
 
     /// One poll: notices a new file at the path, prints what is new in order; reports whether
     /// anything was read.
-    pub(crate) fn poll(&mut self, printer: &mut LogPrinter, out: &mut dyn Write) -> io::Result<bool> {
+    pub(crate) fn poll(&mut self, printer: &mut dyn RecordSink, out: &mut dyn Write) -> io::Result<bool> {
         self.notice_rotation();
         let mut grew = false;
         loop {
@@ -318,7 +345,7 @@ impl Follower {
     }
 
     /// Prints everything left in every file, in order (the followed instance has exited).
-    pub(crate) fn finish(&mut self, printer: &mut LogPrinter, out: &mut dyn Write) -> io::Result<()> {
+    pub(crate) fn finish(&mut self, printer: &mut dyn RecordSink, out: &mut dyn Write) -> io::Result<()> {
         self.notice_rotation();
         for file in &mut self.files {
             file.drain(printer, true, out)?;
@@ -335,10 +362,10 @@ impl Follower {
             Ok(m) if !known(&self.files, m.ino()) => {}
             _ => return,
         }
-        if let Ok(f) = LogFile::open(&self.path) {
-            if !known(&self.files, f.ino) {
-                self.files.push_back(f);
-            }
+        if let Ok(f) = LogFile::open(&self.path)
+            && !known(&self.files, f.ino)
+        {
+            self.files.push_back(f);
         }
     }
 }

@@ -10,7 +10,7 @@ mod describe_containers;
 mod describe_timeline;
 mod events;
 mod format;
-mod logs;
+pub(crate) mod logs;
 mod output;
 mod pods;
 pub mod preflight;
@@ -18,7 +18,7 @@ mod tabwriter;
 pub mod validate;
 
 #[cfg(test)]
-mod fixtures;
+pub(crate) mod fixtures;
 
 use std::path::PathBuf;
 

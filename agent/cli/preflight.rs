@@ -43,6 +43,7 @@ const ROOT_DIR: &str = "root-dir";
 const POD_LOGS_DIR: &str = "pod-logs-dir";
 const CONTAINER_LOGS_DIR: &str = "container-logs-dir";
 const CONTROL_SOCKET: &str = "control-socket";
+const API_SERVER: &str = "api-server";
 
 /// The settings `crilet run` would use, already resolved (flags over `--config` over defaults).
 #[derive(Debug, Clone)]
@@ -58,6 +59,8 @@ pub struct Config {
     pub node_name: String,
     /// The `--config` file the settings were read from, if any.
     pub config_file: Option<PathBuf>,
+    /// Cluster mode: the `--kubeconfig`, if any.
+    pub kubeconfig: Option<PathBuf>,
 }
 
 /// The outcome of one check.
@@ -157,7 +160,49 @@ pub async fn run(cfg: &Config) -> Report {
     }
     checks.extend(runtime::checks(cfg).await);
     checks.extend(paths::checks(cfg).await);
+    if let Some(kubeconfig) = &cfg.kubeconfig {
+        checks.push(api_server_check(kubeconfig, &cfg.node_name).await);
+    }
     Report { checks }
+}
+
+/// Cluster mode: the kubeconfig loads and the API server accepts its credentials. An API server
+/// that does not answer is a warning (the agent starts and retries), a wrong kubeconfig a FAIL.
+async fn api_server_check(kubeconfig: &std::path::Path, node: &str) -> Check {
+    use crate::cluster::connect::{self, Identity};
+    let client = match connect::client(kubeconfig).await {
+        Ok(c) => c,
+        Err(e) => return Check::fail(API_SERVER, e.to_string()),
+    };
+    let who = tokio::time::timeout(CRI_TIMEOUT, connect::whoami(&client)).await;
+    let file = kubeconfig.display();
+    match who {
+        Ok(Identity::User(user)) => api_identity_check(&user, node, &file.to_string()),
+        Ok(Identity::Refused(reason)) => Check::fail(API_SERVER, format!("kubeconfig {file}: {reason}")),
+        Ok(Identity::Unreachable(reason)) => Check::warn(
+            API_SERVER,
+            format!("unreachable ({reason}); the agent runs static pods and retries with back-off"),
+        ),
+        Err(_) => Check::warn(
+            API_SERVER,
+            format!("no answer within {}s; the agent runs static pods and retries", CRI_TIMEOUT.as_secs()),
+        ),
+    }
+}
+
+/// The verdict on the user the API server sees for the kubeconfig.
+pub(crate) fn api_identity_check(user: &str, node: &str, file: &str) -> Check {
+    let expected = format!("system:node:{node}");
+    if user == expected {
+        Check::pass(API_SERVER, format!("authenticated as {user} ({file})"))
+    } else {
+        Check::warn(
+            API_SERVER,
+            format!(
+                "authenticated as {user}, not {expected}: the Node authorizer limits a node to its own objects"
+            ),
+        )
+    }
 }
 
 /// A blocking probe on the blocking pool, given [`LOCAL_TIMEOUT`] at most.

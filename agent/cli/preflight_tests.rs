@@ -380,7 +380,11 @@ fn image_names() {
 fn manifest_dir_cases() {
     let dir = Path::new("/etc/crilet/manifests");
     let file = dir.join("web.yaml");
-    let set = |problems: Vec<ManifestProblem>| ManifestSet { pods: Default::default(), problems };
+    let set = |problems: Vec<ManifestProblem>| ManifestSet {
+        pods: Default::default(),
+        problems,
+        ..Default::default()
+    };
     let cases = [
         (
             "missing: FAIL with the path",

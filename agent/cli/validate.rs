@@ -140,7 +140,7 @@ pub(crate) fn check(paths: &[PathBuf], node_name: &str) -> Report {
         report.sets.push(source::load_files(&files, node_name));
     }
     if !missing.is_empty() {
-        report.sets.push(ManifestSet { pods: BTreeMap::new(), problems: missing });
+        report.sets.push(ManifestSet { pods: BTreeMap::new(), problems: missing, ..Default::default() });
     }
     report
 }

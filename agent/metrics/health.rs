@@ -2,7 +2,19 @@
 //! the relist is answered) and the runtime health the PLEG reports. Pure.
 
 use crate::health::Unhealthy;
-use crate::registry::RuntimeHealth;
+use crate::registry::{ApiHealth, RuntimeHealth};
+
+/// Cluster mode: a line saying the API server is unreachable, after the health answer. It does
+/// not make the agent unhealthy (pods keep running without the API server, as the kubelet's).
+pub fn api_server_line(api: Option<&ApiHealth>, now: jiff::Timestamp) -> String {
+    match api {
+        Some(a) if !a.reachable => {
+            let secs = now.duration_since(a.since).as_secs_f64().max(0.0);
+            format!("api server: unreachable for {secs:.0}s (retrying with back-off): {}\n", a.last_error)
+        }
+        _ => String::new(),
+    }
+}
 
 /// The HTTP status and body of `/healthz`: `200 ok`, or `500` with one line per reason.
 pub fn healthz(

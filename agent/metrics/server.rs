@@ -91,11 +91,10 @@ fn respond(req: &Request<Incoming>, registry: &Registry) -> Response<Full<Bytes>
             r
         }
         "/healthz" => {
-            let (code, body) = super::health::healthz(
-                registry.liveness().check(),
-                &registry.runtime_health(),
-                jiff::Timestamp::now(),
-            );
+            let now = jiff::Timestamp::now();
+            let (code, mut body) =
+                super::health::healthz(registry.liveness().check(), &registry.runtime_health(), now);
+            body.push_str(&super::health::api_server_line(registry.api_health().as_ref(), now));
             text(StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), body)
         }
         _ => text(StatusCode::NOT_FOUND, "404 page not found\n".into()),

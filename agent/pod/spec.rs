@@ -14,6 +14,7 @@ use crate::model::{DesiredPod, keys};
 pub use crate::node::{HostDns, NodeConfig, pod_dir, pod_log_dir};
 use crate::source::quantity::Quantity;
 use crate::status::qos_class;
+use crate::volumes::EnvSources;
 
 /// The container's role in the pod.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -226,26 +227,35 @@ pub struct ConfigError {
     pub reason: String,
 }
 
-/// Resolves the container's env list in order, with `$(VAR)` expansion against earlier entries.
+/// Resolves the container's env list in order (the kubelet's `makeEnvironmentVariables`):
+/// `envFrom` first, then `env`, whose entries replace same-named ones, with `$(VAR)` expansion
+/// against earlier entries. `api` holds the ConfigMaps and Secrets read for a cluster pod
+/// (`None` for static pods, whose references to API objects then fail).
 pub fn resolve_env(
     node: &NodeConfig,
     d: &DesiredPod,
     c: &Container,
     rv: &RuntimeValues,
+    api: Option<&EnvSources>,
 ) -> Result<Vec<(String, String)>, ConfigError> {
-    let mut env: Vec<(String, String)> = Vec::new();
+    let fail = |reason: String| ConfigError { container: c.name.clone(), reason };
+    let namespace = &d.key.namespace;
+    let mut env: Vec<(String, String)> = crate::volumes::env::env_from(api, namespace, c).map_err(fail)?;
     for e in c.env.iter().flatten() {
         let value = if let Some(from) = &e.value_from {
-            let Some(field) = &from.field_ref else {
-                return Err(ConfigError {
-                    container: c.name.clone(),
-                    reason: format!("env {}: only valueFrom.fieldRef is supported", e.name),
-                });
-            };
-            field_value(node, d, &field.field_path, rv).ok_or_else(|| ConfigError {
-                container: c.name.clone(),
-                reason: format!("env {}: unsupported fieldPath {:?}", e.name, field.field_path),
-            })?
+            if let Some(field) = &from.field_ref {
+                field_value(node, d, &field.field_path, rv).ok_or_else(|| {
+                    fail(format!("env {}: unsupported fieldPath {:?}", e.name, field.field_path))
+                })?
+            } else if let Some(r) = &from.resource_field_ref {
+                crate::volumes::env::resource_ref(api, &d.pod, c, r).map_err(fail)?
+            } else {
+                match crate::volumes::env::key_ref(api, namespace, from).map_err(fail)? {
+                    Some(v) => v,
+                    // Optional and missing: the variable is not set at all.
+                    None => continue,
+                }
+            }
         } else {
             let known: HashMap<String, String> = env.iter().cloned().collect();
             expand(e.value.as_deref().unwrap_or(""), &|n| known.get(n).cloned())
@@ -275,7 +285,8 @@ fn field_value(node: &NodeConfig, d: &DesiredPod, path: &str, rv: &RuntimeValues
             }
         }
         "status.hostIP" | "status.hostIPs" => host_ip,
-        _ => return None,
+        // Labels and annotations, one (`metadata.labels['app']`) or all.
+        _ => return crate::volumes::projection::pod_metadata_field(&d.pod, path).ok(),
     })
 }
 
@@ -313,9 +324,22 @@ pub fn container_config(
     rv: &RuntimeValues,
     mounts: Vec<api::Mount>,
 ) -> Result<api::ContainerConfig, ConfigError> {
+    container_config_with_env(node, d, c, kind, rv, mounts, None)
+}
+
+/// [`container_config`] with the API objects the env names (cluster pods).
+pub fn container_config_with_env(
+    node: &NodeConfig,
+    d: &DesiredPod,
+    c: &Container,
+    kind: Kind,
+    rv: &RuntimeValues,
+    mounts: Vec<api::Mount>,
+    api_env: Option<&EnvSources>,
+) -> Result<api::ContainerConfig, ConfigError> {
     let pod = &*d.pod;
     let s = spec(pod);
-    let env = resolve_env(node, d, c, rv)?;
+    let env = resolve_env(node, d, c, rv, api_env)?;
     let lookup: HashMap<String, String> = env.iter().cloned().collect();
     let exp = |v: &Vec<String>| v.iter().map(|a| expand(a, &|n| lookup.get(n).cloned())).collect::<Vec<_>>();
 

@@ -11,8 +11,8 @@ use super::context::{Shared, now_ns};
 use super::hash::container_hash;
 use super::hooks::run_handler;
 use super::spec::{
-    self, Kind, RuntimeValues, container_config, empty_dir, pod_dir, pod_log_dir, restart_count_from_logs,
-    sandbox_config,
+    self, Kind, RuntimeValues, container_config_with_env, empty_dir, pod_dir, pod_log_dir,
+    restart_count_from_logs, sandbox_config,
 };
 use crate::cri::api;
 use crate::model::{ContainerState, DesiredPod, ObservedPod};
@@ -35,6 +35,7 @@ pub async fn create_sandbox(
         .map_err(|e| err("CreatePodSandboxError", format!("creating {}: {e}", log_dir.display())))?;
     mkdir(&pod_dir(&ctx.node, &d.uid), 0o750)
         .map_err(|e| err("CreatePodSandboxError", format!("creating pod directory: {e}")))?;
+    prepare_volumes(ctx, d).await?;
     let config = sandbox_config(&ctx.node, d, attempt);
     let handler = d.pod.spec.as_ref().and_then(|s| s.runtime_class_name.clone()).unwrap_or_default();
     let id = ctx.cri.run_sandbox(config, &handler).await.map_err(|e| {
@@ -46,6 +47,30 @@ pub async fn create_sandbox(
         Err(_) => Vec::new(),
     };
     Ok((id, ips))
+}
+
+/// The pod's configMap, secret, downwardAPI and projected volumes are written before anything
+/// uses them (the kubelet waits for its volumes before the sandbox). A failure is a FailedMount
+/// event; the next sync tries again.
+async fn prepare_volumes(ctx: &Shared, d: &DesiredPod) -> Result<(), StartError> {
+    let Some(vm) = &ctx.volumes else { return Ok(()) };
+    vm.prepare(&d.pod).await.map_err(|msg| {
+        ctx.warning(&d.key, None, "FailedMount", msg.clone());
+        err("CreateContainerConfigError", msg)
+    })
+}
+
+/// The ConfigMaps and Secrets the container's env names, read before its config is built.
+async fn env_sources(
+    ctx: &Shared,
+    d: &DesiredPod,
+    c: &Container,
+) -> Result<Option<crate::volumes::EnvSources>, StartError> {
+    let Some(vm) = &ctx.volumes else { return Ok(None) };
+    vm.env_sources(&d.pod, c).await.map(Some).map_err(|msg| {
+        ctx.warning(&d.key, Some(&c.name), "Failed", format!("Error: {msg}"));
+        err("CreateContainerConfigError", msg)
+    })
 }
 
 fn mkdir(path: &Path, mode: u32) -> std::io::Result<()> {
@@ -248,11 +273,21 @@ fn prepare_mounts(
         let Some(vol) = volumes.iter().find(|v| v.name == vm.name) else {
             return Err(err("CreateContainerConfigError", format!("volume {:?} not found", vm.name)));
         };
+        let api_volume = crate::volumes::host_path(&ctx.node, &d.uid, vol);
         let mut host: PathBuf = if let Some(hp) = &vol.host_path {
             let p = PathBuf::from(&hp.path);
             prepare_host_path(&p, hp.type_.as_deref().unwrap_or("")).map_err(|m| {
                 err("CreateContainerConfigError", format!("hostPath volume {:?}: {m}", vol.name))
             })?;
+            p
+        } else if let Some(p) = api_volume.clone() {
+            // Written by `VolumeManager::prepare` before the sandbox.
+            if !crate::volumes::is_set_up(&p) {
+                return Err(err(
+                    "CreateContainerConfigError",
+                    format!("volume {:?} is not set up", vol.name),
+                ));
+            }
             p
         } else {
             let p = empty_dir(&ctx.node, &d.uid, &vol.name);
@@ -262,14 +297,19 @@ fn prepare_mounts(
             p
         };
         if let Some(sub) = vm.sub_path.as_deref().filter(|s| !s.is_empty()) {
-            host = sub_path_in(&host, sub).map_err(|e| {
+            let resolved = match api_volume {
+                Some(_) => crate::volumes::sub_path_in_volume(&host, sub),
+                None => sub_path_in(&host, sub),
+            };
+            host = resolved.map_err(|e| {
                 err("CreateContainerConfigError", format!("volume {:?} subPath {sub:?}: {e}", vol.name))
             })?;
         }
         mounts.push(api::Mount {
             container_path: vm.mount_path.clone(),
             host_path: host.display().to_string(),
-            readonly: vm.read_only == Some(true),
+            // The kubelet mounts these volume types read-only whatever the mount says.
+            readonly: vm.read_only == Some(true) || api_volume.is_some(),
             ..Default::default()
         });
     }
@@ -362,12 +402,16 @@ pub async fn start_container(ctx: &Shared, req: &StartRequest<'_>) -> Result<Str
     let log_dir = pod_log_dir(&ctx.node, d).join(&c.name);
     mkdir(&log_dir, 0o755)
         .map_err(|e| err("CreateContainerConfigError", format!("creating {}: {e}", log_dir.display())))?;
+    prepare_volumes(ctx, d).await?;
+    let api_env = env_sources(ctx, d, c).await?;
     let (mounts, termination_file) = prepare_mounts(ctx, req)?;
     let rv = RuntimeValues { pod_ips: req.pod_ips.to_vec(), image_ref, restart_count, termination_file };
-    let config = container_config(&ctx.node, d, c, req.kind, &rv, mounts).map_err(|e| {
-        ctx.warning(&d.key, name, "Failed", format!("Error: {e}"));
-        err("CreateContainerConfigError", e.to_string())
-    })?;
+    let config = container_config_with_env(&ctx.node, d, c, req.kind, &rv, mounts, api_env.as_ref())
+        .map_err(|e| {
+            // The kubelet's text: the event and status already name the container.
+            ctx.warning(&d.key, name, "Failed", format!("Error: {}", e.reason));
+            err("CreateContainerConfigError", e.reason)
+        })?;
     let id =
         ctx.cri.create_container(req.sandbox_id, config, req.sandbox_config.clone()).await.map_err(|e| {
             ctx.warning(&d.key, name, "Failed", format!("Error: {e}"));

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -47,6 +47,12 @@ pub struct Supervisor {
     pending: BTreeMap<PodKey, DesiredPod>,
     tasks: JoinSet<(PodKey, String)>,
     first_syncs: Vec<oneshot::Receiver<()>>,
+    /// Cluster mode: told the key and UID of every pod whose worker has finished terminating
+    /// (the API pod may then be deleted), or that is being deleted and never ran here.
+    gone: Option<mpsc::UnboundedSender<(PodKey, String)>>,
+    /// Cluster mode: API pods that the runtime runs but the API lacks have been reaped (after
+    /// the first complete list). Until then nothing of an API pod may be cleaned up.
+    api_reaped: bool,
 }
 
 impl Supervisor {
@@ -60,6 +66,21 @@ impl Supervisor {
             pending: BTreeMap::new(),
             tasks: JoinSet::new(),
             first_syncs: Vec::new(),
+            gone: None,
+            api_reaped: true,
+        }
+    }
+
+    /// Cluster mode: API pods come in the sets too; `gone` hears of every pod that has finished.
+    pub fn with_api_pods(mut self, gone: mpsc::UnboundedSender<(PodKey, String)>) -> Self {
+        self.gone = Some(gone);
+        self.api_reaped = false;
+        self
+    }
+
+    fn report_gone(&self, key: &PodKey, uid: &str) {
+        if let Some(tx) = &self.gone {
+            let _ = tx.send((key.clone(), uid.to_string()));
         }
     }
 
@@ -89,10 +110,10 @@ impl Supervisor {
         self.running.insert(key, Running { uid, tx });
     }
 
-    fn terminate(&mut self, key: &PodKey) {
+    fn terminate(&mut self, key: &PodKey, grace: Option<Duration>) {
         if let Some(r) = self.running.remove(key) {
-            info!(pod = %key, uid = %r.uid, "terminating pod");
-            let _ = r.tx.send(Desire::Terminate { remove: true });
+            info!(pod = %key, uid = %r.uid, grace_s = grace.map(|g| g.as_secs_f64()), "terminating pod");
+            let _ = r.tx.send(Desire::Terminate { remove: true, grace });
             self.terminating.insert(r.uid, (key.clone(), r.tx));
         }
     }
@@ -111,7 +132,20 @@ impl Supervisor {
             });
             if !set.pods.contains_key(&key) && !broken {
                 self.pending.remove(&key);
-                self.terminate(&key);
+                let uid = self.running.get(&key).map(|r| r.uid.clone()).unwrap_or_default();
+                let grace = set.deleting.get(&key).filter(|d| d.uid == uid).map(|d| d.grace);
+                self.terminate(&key, grace);
+            }
+        }
+        if self.api_reaped {
+            // Deleted API pods that never ran here (or finished earlier): nothing to stop.
+            for (key, d) in &set.deleting {
+                let busy = self.running.get(key).is_some_and(|r| r.uid == d.uid)
+                    || self.terminating.contains_key(&d.uid);
+                if !busy {
+                    self.pending.remove(key);
+                    self.report_gone(key, &d.uid);
+                }
             }
         }
         for (key, d) in &set.pods {
@@ -131,7 +165,7 @@ impl Supervisor {
                         "Recreating",
                         format!("Manifest changed beyond images: the pod is stopped and replaced by a new one (UID {})", d.uid),
                     );
-                    self.terminate(key);
+                    self.terminate(key, None);
                     self.pending.insert(key.clone(), d.clone());
                 }
                 None if self.terminating.values().any(|(k, _)| k == key) => {
@@ -147,6 +181,21 @@ impl Supervisor {
     /// Only pods whose manifest lived in `manifest_dir` are this agent's to reap, so agents with
     /// different manifest directories can share one runtime.
     pub async fn reap_orphans(&mut self, set: &ManifestSet, manifest_dir: &std::path::Path) {
+        self.reap(set, &|file: &std::path::Path| file.starts_with(manifest_dir)).await;
+    }
+
+    /// Cluster mode, once the API's pods are listed: terminates API pods the runtime runs that
+    /// the API no longer has (deleted while the agent was down).
+    pub async fn reap_api_orphans(&mut self, set: &ManifestSet) {
+        let prefix = crate::cluster::pods::api_source_of(&self.ctx.node.node_name);
+        let api = |file: &std::path::Path| file.to_string_lossy().starts_with(&prefix);
+        self.reap(set, &api).await;
+        self.api_reaped = true;
+    }
+
+    /// Terminates pods the runtime runs for crilet whose source (`ours`, by manifest file) no
+    /// longer names them.
+    async fn reap(&mut self, set: &ManifestSet, ours: &dyn Fn(&std::path::Path) -> bool) {
         let (sandboxes, containers) = match self.ctx.cri.list_all(Some((keys::MANAGED_BY, "crilet"))).await {
             Ok(v) => v,
             Err(e) => {
@@ -174,7 +223,7 @@ impl Supervisor {
                 .and_then(|j| serde_json::from_str(j).ok())
                 .unwrap_or_default();
             let file = sb.annotations.get(keys::MANIFEST_FILE).map(PathBuf::from).unwrap_or_default();
-            if !file.starts_with(manifest_dir) {
+            if !ours(&file) {
                 continue;
             }
             let keep = file_broken(set, &file);
@@ -193,8 +242,8 @@ impl Supervisor {
         for c in containers {
             let Some(uid) = c.labels.get(keys::POD_UID) else { continue };
             let file = c.annotations.get(keys::MANIFEST_FILE).map(PathBuf::from);
-            let ours = file.as_ref().is_none_or(|f| f.starts_with(manifest_dir));
-            if !ours
+            let mine = file.as_ref().is_none_or(|f| ours(f));
+            if !mine
                 || wanted.contains(&uid.as_str())
                 || orphans.contains_key(uid)
                 || self.terminating.contains_key(uid)
@@ -219,7 +268,8 @@ impl Supervisor {
         for (uid, d) in orphans {
             info!(pod = %d.key, uid = %uid, "terminating pod whose manifest is gone");
             let key = d.key.clone();
-            let tx = self.spawn(d, Desire::Terminate { remove: true });
+            let grace = set.deleting.get(&key).filter(|g| g.uid == uid).map(|g| g.grace);
+            let tx = self.spawn(d, Desire::Terminate { remove: true, grace });
             self.terminating.insert(uid, (key, tx));
         }
         self.reap_leftover_dirs(set);
@@ -230,6 +280,10 @@ impl Supervisor {
     /// a UID that no manifest wants and no worker handles. The sandbox and containers are gone by
     /// then (a pod that still has them is an orphan that a worker terminates first).
     pub fn reap_leftover_dirs(&self, set: &ManifestSet) {
+        if !self.api_reaped {
+            // Cluster mode before the API's pods are known: an API pod's dir is not a leftover.
+            return;
+        }
         let node = &self.ctx.node;
         let busy = |uid: &str| {
             set.pods.values().any(|d| d.uid == uid)
@@ -285,11 +339,15 @@ impl Supervisor {
                 r = manifests.changed() => {
                     if r.is_err() { break }
                     current = manifests.borrow_and_update().clone();
+                    if current.api_synced && !self.api_reaped {
+                        self.reap_api_orphans(&current).await;
+                    }
                     self.apply(&current);
                 }
                 _ = housekeeping.tick() => self.reap_leftover_dirs(&current),
                 Some(done) = self.tasks.join_next(), if !self.tasks.is_empty() => {
                     let Ok((key, uid)) = done else { continue };
+                    self.report_gone(&key, &uid);
                     if self.terminating.remove(&uid).is_some() {
                         let still = self.terminating.values().any(|(k, _)| k == &key);
                         if !still {

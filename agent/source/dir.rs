@@ -74,13 +74,14 @@ pub(crate) fn load_dir_with(
     let refuse = |reason: String| ManifestSet {
         pods: previous.pods.clone(),
         problems: vec![ManifestProblem::file(ProblemKind::Error, dir, reason)],
+        ..Default::default()
     };
     let meta = match fs::metadata(dir) {
         Ok(meta) => meta,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let problem =
                 ManifestProblem::file(ProblemKind::Warning, dir, "manifest directory does not exist");
-            return ManifestSet { pods: BTreeMap::new(), problems: vec![problem] };
+            return ManifestSet { pods: BTreeMap::new(), problems: vec![problem], ..Default::default() };
         }
         Err(e) => return refuse(format!("cannot read the manifest directory: {e}")),
     };
@@ -172,7 +173,7 @@ fn assemble(outcomes: BTreeMap<PathBuf, Parsed>, previous: &ManifestSet) -> Mani
     }
     let (pods, conflicts) = resolve_conflicts(candidates);
     problems.extend(conflicts);
-    ManifestSet { pods, problems }
+    ManifestSet { pods, problems, ..Default::default() }
 }
 
 /// The entries of `dir` with a manifest's name, sorted by name (whatever their type: `load_dir`

@@ -59,6 +59,19 @@ pub struct ManifestSet {
     pub pods: BTreeMap<PodKey, DesiredPod>,
     /// Errors, warnings and conflicts, in file order, then conflicts.
     pub problems: Vec<ManifestProblem>,
+    /// Cluster mode: API pods being deleted (`deletionTimestamp` set), with the grace budget
+    /// their deletion gives. They are not in `pods`.
+    pub deleting: BTreeMap<PodKey, Deleting>,
+    /// Cluster mode: the API server's pods for this node have been listed, so an API pod the
+    /// runtime runs and `pods` lacks is gone and may be reaped.
+    pub api_synced: bool,
+}
+
+/// An API pod being deleted.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Deleting {
+    pub uid: String,
+    pub grace: std::time::Duration,
 }
 
 impl ManifestSet {

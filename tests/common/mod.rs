@@ -3,6 +3,7 @@
 //! socket; pods in a namespace of the test's own), and waits on observable state with deadlines.
 #![allow(dead_code)]
 
+pub mod cluster;
 pub mod corpus;
 pub mod cri_proxy;
 
@@ -134,7 +135,11 @@ impl Agent {
             .arg(self.dir.join("containers"))
             .arg("--control-socket")
             .arg(&self.socket)
-            .args(["--node-name", "crilet-test-node"])
+            .args(if self.extra_args.iter().any(|a| a == "--node-name") {
+                &[][..]
+            } else {
+                &["--node-name", "crilet-test-node"][..]
+            })
             .args(&self.extra_args)
             .env("RUST_LOG", "info,crilet=debug,h2=warn,tower=warn,hyper=warn")
             .envs(self.extra_env.iter().map(|(k, v)| (k, v)))

@@ -38,7 +38,12 @@ impl Worker {
 
     /// Stops the pod within its grace budget; with `remove`, also removes sandboxes, volumes
     /// and logs. Returns false when the runtime could not be reached (the caller retries).
-    pub(super) async fn terminate(&mut self, remove: bool, cancel: &CancellationToken) -> bool {
+    pub(super) async fn terminate(
+        &mut self,
+        remove: bool,
+        grace: Option<Duration>,
+        cancel: &CancellationToken,
+    ) -> bool {
         let ctx = self.ctx.clone();
         let key = self.desired.key.clone();
         let observed = match ctx.cri.observe(&self.desired.uid).await {
@@ -54,7 +59,7 @@ impl Worker {
         self.probes.reconcile(&self.desired.pod.clone(), &observed, true);
         let (_, probe_states) = self.probes.view();
         self.publish(&observed, true, &probe_states);
-        let grace = termination_grace(&self.desired.pod);
+        let grace = grace.unwrap_or_else(|| termination_grace(&self.desired.pod));
         let deadline = self.begin_kill(grace);
         // A stop that failed (the runtime is down) is retried within the same deadline.
         if !kill_pod(&ctx, &key, &self.desired.pod, &observed, grace, deadline, "pod deleted").await {

@@ -58,6 +58,8 @@ pub enum Desire {
     /// and logs (the manifest is gone or replaced).
     Terminate {
         remove: bool,
+        /// The grace budget when it is not the spec's: an API pod's `deletionGracePeriodSeconds`.
+        grace: Option<Duration>,
     },
 }
 
@@ -148,8 +150,8 @@ pub async fn run_worker(
             let want = desire.borrow_and_update().clone();
             let mut next = Some(tokio::time::Instant::now() + RESYNC);
             match want {
-                Desire::Terminate { remove } => {
-                    if w.terminate(remove, &cancel).await {
+                Desire::Terminate { remove, grace } => {
+                    if w.terminate(remove, grace, &cancel).await {
                         info!("pod terminated");
                         let names: Vec<String> =
                             all_containers(&w.desired.pod).into_iter().map(|(c, _)| c.name).collect();

@@ -1,0 +1,298 @@
+//! Pod admission as the kubelet's (`canAdmitPod`): a pod that does not fit the node, whose node
+//! selector or affinity does not match it, or that uses what crilet cannot serve is failed with
+//! the kubelet's reason instead of run. Pure.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Container, NodeSelectorRequirement, NodeSelectorTerm, Pod, PodSpec};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+use crate::source::quantity;
+
+/// A refusal: the pod's phase becomes Failed with this reason and message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejection {
+    pub reason: String,
+    pub message: String,
+}
+
+/// What the node has left to give, and its labels.
+#[derive(Debug, Clone, Default)]
+pub struct NodeRoom {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub max_pods: u32,
+    /// Allocatable cpu in millicores and memory in bytes.
+    pub cpu_milli: i64,
+    pub memory: i64,
+}
+
+/// Requests of the pods admitted so far (active ones only).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Used {
+    pub pods: u32,
+    pub cpu_milli: i64,
+    pub memory: i64,
+}
+
+/// The pod's effective requests, as the scheduler and the kubelet count them: the larger of the
+/// app containers plus sidecars and the largest regular init container (plus the sidecars
+/// started before it), plus the pod overhead.
+pub fn requests(pod: &Pod) -> (i64, i64) {
+    let Some(spec) = pod.spec.as_ref() else { return (0, 0) };
+    let req = |c: &Container, key: &str| -> i64 {
+        let q = c.resources.as_ref().and_then(|r| r.requests.as_ref()).and_then(|m| m.get(key));
+        q.map_or(0, |q| amount(key, q))
+    };
+    let mut cpu: i64 = spec.containers.iter().map(|c| req(c, "cpu")).sum();
+    let mut mem: i64 = spec.containers.iter().map(|c| req(c, "memory")).sum();
+    let (mut side_cpu, mut side_mem, mut init_cpu, mut init_mem) = (0, 0, 0, 0);
+    for c in spec.init_containers.iter().flatten() {
+        if c.restart_policy.as_deref() == Some("Always") {
+            side_cpu += req(c, "cpu");
+            side_mem += req(c, "memory");
+        } else {
+            init_cpu = init_cpu.max(side_cpu + req(c, "cpu"));
+            init_mem = init_mem.max(side_mem + req(c, "memory"));
+        }
+    }
+    cpu = (cpu + side_cpu).max(init_cpu);
+    mem = (mem + side_mem).max(init_mem);
+    if let Some(o) = spec.overhead.as_ref() {
+        cpu += o.get("cpu").map_or(0, |q| amount("cpu", q));
+        mem += o.get("memory").map_or(0, |q| amount("memory", q));
+    }
+    (cpu, mem)
+}
+
+/// cpu in millicores, anything else in whole units (bytes).
+fn amount(key: &str, q: &Quantity) -> i64 {
+    let Some(v) = quantity::Quantity::parse(&q.0) else { return 0 };
+    let n = if key == "cpu" { v.milli_value() } else { v.value() };
+    n.and_then(|n| i64::try_from(n).ok()).unwrap_or(i64::MAX)
+}
+
+/// Admits `pod` onto a node with `room`, given what is `used`; `None` = admitted.
+pub fn admit(pod: &Pod, room: &NodeRoom, used: Used) -> Option<Rejection> {
+    let spec = pod.spec.as_ref()?;
+    if let Some(r) = unsupported(spec) {
+        return Some(r);
+    }
+    if !selector_matches(spec, room) {
+        return Some(Rejection {
+            reason: "NodeAffinity".into(),
+            message: "Predicate NodeAffinity failed: node(s) didn't match Pod's node affinity/selector"
+                .into(),
+        });
+    }
+    if used.pods + 1 > room.max_pods {
+        return Some(Rejection {
+            reason: "OutOfpods".into(),
+            message: format!(
+                "Node didn't have enough resource: pods, requested: 1, used: {}, capacity: {}",
+                used.pods, room.max_pods
+            ),
+        });
+    }
+    let (cpu, mem) = requests(pod);
+    if cpu > 0 && used.cpu_milli + cpu > room.cpu_milli {
+        return Some(Rejection {
+            reason: "OutOfcpu".into(),
+            message: format!(
+                "Node didn't have enough resource: cpu, requested: {cpu}, used: {}, capacity: {}",
+                used.cpu_milli, room.cpu_milli
+            ),
+        });
+    }
+    if mem > 0 && used.memory + mem > room.memory {
+        return Some(Rejection {
+            reason: "OutOfmemory".into(),
+            message: format!(
+                "Node didn't have enough resource: memory, requested: {mem}, used: {}, capacity: {}",
+                used.memory, room.memory
+            ),
+        });
+    }
+    None
+}
+
+/// What crilet cannot serve: refused at admission with a message naming the field.
+fn unsupported(spec: &PodSpec) -> Option<Rejection> {
+    let mut found: Vec<String> = Vec::new();
+    for (i, v) in spec.volumes.iter().flatten().enumerate() {
+        let served = v.empty_dir.is_some()
+            || v.host_path.is_some()
+            || v.config_map.is_some()
+            || v.secret.is_some()
+            || v.downward_api.is_some()
+            || v.projected.is_some();
+        if !served {
+            let json = serde_json::to_value(v).unwrap_or_default();
+            let kind =
+                json.as_object().and_then(|m| m.keys().find(|k| *k != "name").cloned()).unwrap_or_default();
+            found.push(format!(
+                "spec.volumes[{i}] ({:?}): volume type {kind} is not supported by crilet",
+                v.name
+            ));
+        }
+        if let Some(p) = &v.projected {
+            for (j, s) in p.sources.iter().flatten().enumerate() {
+                if s.cluster_trust_bundle.is_some() {
+                    found.push(format!(
+                        "spec.volumes[{i}].projected.sources[{j}]: clusterTrustBundle is not supported by crilet"
+                    ));
+                }
+            }
+        }
+    }
+    let all = spec.init_containers.iter().flatten().map(|c| ("initContainers", c));
+    for (i, (kind, c)) in all.chain(spec.containers.iter().map(|c| ("containers", c))).enumerate() {
+        if c.volume_devices.as_ref().is_some_and(|d| !d.is_empty()) {
+            found.push(format!("spec.{kind}[{i}].volumeDevices: not supported by crilet"));
+        }
+    }
+    if spec.resource_claims.as_ref().is_some_and(|r| !r.is_empty()) {
+        found.push("spec.resourceClaims: dynamic resource allocation is not supported by crilet".into());
+    }
+    if spec.host_users == Some(false) {
+        found.push("spec.hostUsers: user namespaces are not supported by crilet".into());
+    }
+    if spec.os.as_ref().is_some_and(|o| o.name != "linux") {
+        found.push("spec.os.name: only linux pods run on this node".into());
+    }
+    if found.is_empty() {
+        return None;
+    }
+    Some(Rejection {
+        reason: "UnsupportedPodSpec".into(),
+        message: format!("crilet cannot run this pod: {}", found.join("; ")),
+    })
+}
+
+/// `nodeSelector` and the required node affinity (terms ORed, expressions ANDed).
+fn selector_matches(spec: &PodSpec, room: &NodeRoom) -> bool {
+    if let Some(sel) = &spec.node_selector {
+        if sel.iter().any(|(k, v)| room.labels.get(k) != Some(v)) {
+            return false;
+        }
+    }
+    let terms = spec
+        .affinity
+        .as_ref()
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|n| n.required_during_scheduling_ignored_during_execution.as_ref())
+        .map(|r| r.node_selector_terms.as_slice());
+    match terms {
+        None | Some([]) => true,
+        Some(terms) => terms.iter().any(|t| term_matches(t, room)),
+    }
+}
+
+fn term_matches(t: &NodeSelectorTerm, room: &NodeRoom) -> bool {
+    let exprs = t.match_expressions.as_deref().unwrap_or_default();
+    let fields = t.match_fields.as_deref().unwrap_or_default();
+    if exprs.is_empty() && fields.is_empty() {
+        return false; // an empty term matches nothing (upstream)
+    }
+    let node_fields = BTreeMap::from([("metadata.name".to_string(), room.name.clone())]);
+    exprs.iter().all(|e| requirement_matches(e, &room.labels))
+        && fields.iter().all(|e| requirement_matches(e, &node_fields))
+}
+
+fn requirement_matches(r: &NodeSelectorRequirement, labels: &BTreeMap<String, String>) -> bool {
+    let value = labels.get(&r.key);
+    let values = r.values.as_deref().unwrap_or_default();
+    let number = |s: &str| s.parse::<i64>().ok();
+    match r.operator.as_str() {
+        "In" => value.is_some_and(|v| values.contains(v)),
+        "NotIn" => value.is_none_or(|v| !values.contains(v)),
+        "Exists" => value.is_some(),
+        "DoesNotExist" => value.is_none(),
+        "Gt" => {
+            matches!((value.and_then(|v| number(v)), values.first().and_then(|v| number(v))), (Some(a), Some(b)) if a > b)
+        }
+        "Lt" => {
+            matches!((value.and_then(|v| number(v)), values.first().and_then(|v| number(v))), (Some(a), Some(b)) if a < b)
+        }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(yaml: &str) -> Pod {
+        serde_yaml_ng::from_str(yaml).expect("test pod")
+    }
+
+    fn room() -> NodeRoom {
+        NodeRoom {
+            name: "n1".into(),
+            labels: BTreeMap::from([
+                ("kubernetes.io/hostname".to_string(), "n1".to_string()),
+                ("zone".to_string(), "a".to_string()),
+                ("cores".to_string(), "8".to_string()),
+            ]),
+            max_pods: 3,
+            cpu_milli: 2000,
+            memory: 1 << 30,
+        }
+    }
+
+    const SMALL: &str =
+        "spec: {containers: [{name: c, image: i, resources: {requests: {cpu: 500m, memory: 100Mi}}}]}";
+
+    #[test]
+    fn admission_decides_as_the_kubelet() {
+        let used = |pods, cpu_milli, memory| Used { pods, cpu_milli, memory };
+        // (pod, used, expected reason)
+        let cases: Vec<(&str, Used, Option<&str>)> = vec![
+            (SMALL, used(0, 0, 0), None),
+            (SMALL, used(3, 0, 0), Some("OutOfpods")),
+            (SMALL, used(1, 1600, 0), Some("OutOfcpu")),
+            (SMALL, used(1, 1500, 0), None),
+            (SMALL, used(1, 0, (1 << 30) - (50 << 20)), Some("OutOfmemory")),
+            ("spec: {nodeSelector: {zone: a}, containers: [{name: c, image: i}]}", used(0, 0, 0), None),
+            (
+                "spec: {nodeSelector: {zone: b}, containers: [{name: c, image: i}]}",
+                used(0, 0, 0),
+                Some("NodeAffinity"),
+            ),
+            (
+                "spec: {affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchExpressions: [{key: zone, operator: In, values: [b]}]}, {matchExpressions: [{key: cores, operator: Gt, values: ['4']}]}]}}}, containers: [{name: c, image: i}]}",
+                used(0, 0, 0),
+                None,
+            ),
+            (
+                "spec: {affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchFields: [{key: metadata.name, operator: NotIn, values: [n1]}]}]}}}, containers: [{name: c, image: i}]}",
+                used(0, 0, 0),
+                Some("NodeAffinity"),
+            ),
+            (
+                "spec: {volumes: [{name: data, persistentVolumeClaim: {claimName: x}}], containers: [{name: c, image: i}]}",
+                used(0, 0, 0),
+                Some("UnsupportedPodSpec"),
+            ),
+            (
+                "spec: {volumes: [{name: t, projected: {sources: [{serviceAccountToken: {path: token}}]}}], containers: [{name: c, image: i}]}",
+                used(0, 0, 0),
+                None,
+            ),
+        ];
+        for (i, (yaml, used, want)) in cases.into_iter().enumerate() {
+            let got = admit(&pod(yaml), &room(), used);
+            assert_eq!(got.as_ref().map(|r| r.reason.as_str()), want, "case {i}: {got:?}");
+        }
+    }
+
+    #[test]
+    fn effective_requests_count_init_and_sidecar_containers() {
+        let p = pod(
+            "spec: {initContainers: [{name: s, image: i, restartPolicy: Always, resources: {requests: {cpu: 100m}}}, {name: big, image: i, resources: {requests: {cpu: '1', memory: 1Gi}}}], containers: [{name: c, image: i, resources: {requests: {cpu: 200m, memory: 10Mi}}}]}",
+        );
+        assert_eq!(requests(&p), (1100, 1 << 30), "the init step (sidecar + big init) is the largest");
+        let msg = admit(&pod(SMALL), &room(), Used { pods: 3, ..Default::default() }).unwrap().message;
+        assert_eq!(msg, "Node didn't have enough resource: pods, requested: 1, used: 3, capacity: 3");
+    }
+}

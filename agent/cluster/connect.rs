@@ -1,0 +1,78 @@
+//! Loading the kubeconfig and telling a wrong one (fatal) from an API server that cannot be
+//! reached yet (retried).
+
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+use kube::api::{Api, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+/// Why the agent cannot use a kubeconfig at all: the agent stops with this.
+#[derive(Debug, thiserror::Error)]
+#[error("kubeconfig {}: {reason}", file.display())]
+pub struct KubeconfigError {
+    pub file: PathBuf,
+    pub reason: String,
+}
+
+/// Builds a client from the kubeconfig file. Nothing is sent yet.
+pub async fn client(file: &Path) -> Result<kube::Client, KubeconfigError> {
+    let fail = |reason: String| KubeconfigError { file: file.to_path_buf(), reason };
+    let kubeconfig = Kubeconfig::read_from(file).map_err(|e| fail(format!("{e}")))?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| fail(format!("{e}")))?;
+    let mut config = config;
+    // The kubelet's defaults: a watch is long-lived; single requests are bounded.
+    config.read_timeout = Some(std::time::Duration::from_secs(300));
+    config.connect_timeout = Some(std::time::Duration::from_secs(10));
+    kube::Client::try_from(config).map_err(|e| fail(format!("building the client: {e}")))
+}
+
+/// What asking the API server who we are found.
+#[derive(Debug)]
+pub enum Identity {
+    /// The credentials work: the user name the API server sees.
+    User(String),
+    /// The API server refused the credentials (401) or the TLS handshake: fatal.
+    Refused(String),
+    /// The API server cannot be reached (yet): retry.
+    Unreachable(String),
+}
+
+/// Asks the API server who the client's credentials are (`SelfSubjectReview`, which any
+/// authenticated user may create).
+pub async fn whoami(client: &kube::Client) -> Identity {
+    let api: Api<SelfSubjectReview> = Api::all(client.clone());
+    match api.create(&PostParams::default(), &SelfSubjectReview::default()).await {
+        Ok(r) => {
+            Identity::User(r.status.and_then(|s| s.user_info).and_then(|u| u.username).unwrap_or_default())
+        }
+        Err(kube::Error::Api(s)) if s.code == 401 => {
+            Identity::Refused(format!("the API server refused the credentials (401 {})", s.message))
+        }
+        Err(kube::Error::Api(s)) => {
+            Identity::Refused(format!("the API server answered {} {}", s.code, s.message))
+        }
+        Err(e) => classify_transport(&e),
+    }
+}
+
+/// A transport error: a certificate problem is the kubeconfig's fault, anything else is an API
+/// server that is not there yet.
+fn classify_transport(e: &kube::Error) -> Identity {
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    let lower = text.to_lowercase();
+    let tls = ["certificate", "unknownissuer", "badsignature", "handshake", "decrypt error", "tls"];
+    if tls.iter().any(|t| lower.contains(t)) && !lower.contains("connection refused") {
+        Identity::Refused(format!("TLS with the API server failed: {text}"))
+    } else {
+        Identity::Unreachable(text)
+    }
+}

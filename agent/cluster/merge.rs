@@ -1,0 +1,215 @@
+//! One pod set from two sources: the manifest directory's static pods and the API server's pods
+//! for this node, admitted as the kubelet admits them. The supervisor sees one [`ManifestSet`]
+//! and never learns where a pod came from.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Pod, PodCondition};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use super::admit::{self, NodeRoom, Rejection, Used};
+use super::pods::{self, ApiPods};
+use crate::registry::Registry;
+use crate::source::{Deleting, ManifestSet};
+
+/// Conditions the node writes itself; every other condition of an API pod is a controller's
+/// (a readiness gate such as OpenKruise's `InPlaceUpdateReady`) and reaches status as external.
+pub const NODE_OWNED: [&str; 5] =
+    ["PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready", "PodScheduled"];
+
+/// The pods refused at admission, by UID: the status writer fails them in the API.
+pub type Rejections = BTreeMap<String, (crate::model::PodKey, Rejection)>;
+
+struct Merger {
+    registry: Registry,
+    room: NodeRoom,
+    /// Pod UIDs the runtime had when the agent started (a finished API pod is adopted, not run
+    /// again, only when its containers are still here).
+    runtime_uids: BTreeSet<String>,
+    admitted: BTreeMap<String, (i64, i64)>,
+    rejected: Rejections,
+    /// Static pod keys an API pod collided with (reported once).
+    collisions: BTreeSet<String>,
+    /// Each API pod's DesiredPod by UID, with the resourceVersion it was made from.
+    desired: BTreeMap<String, (Option<String>, crate::model::DesiredPod)>,
+}
+
+fn is_terminal(phase: Option<&str>) -> bool {
+    matches!(phase, Some("Succeeded" | "Failed"))
+}
+
+impl Merger {
+    fn merge(&mut self, files: &ManifestSet, api: &ApiPods) -> ManifestSet {
+        let mut out = files.clone();
+        out.api_synced = api.synced;
+        let mut by_age: Vec<&Arc<Pod>> = api.pods.values().collect();
+        by_age.sort_by_key(|p| p.metadata.creation_timestamp.as_ref().map(|t| t.0));
+        let live: BTreeSet<&str> = api.pods.values().filter_map(|p| p.metadata.uid.as_deref()).collect();
+        self.admitted.retain(|uid, _| live.contains(uid.as_str()));
+        self.rejected.retain(|uid, _| live.contains(uid.as_str()));
+        self.desired.retain(|uid, _| live.contains(uid.as_str()));
+        for pod in by_age {
+            if super::mirror::is_mirror(pod) {
+                continue; // its static pod runs; the mirror only shows it
+            }
+            let key = pods::key_of(pod);
+            let uid = pod.metadata.uid.clone().unwrap_or_default();
+            if pod.metadata.deletion_timestamp.is_some() {
+                let secs = pod
+                    .metadata
+                    .deletion_grace_period_seconds
+                    .or_else(|| pod.spec.as_ref().and_then(|s| s.termination_grace_period_seconds))
+                    .unwrap_or(30);
+                let grace = Duration::from_secs(u64::try_from(secs).unwrap_or(0));
+                out.deleting.insert(key, Deleting { uid, grace });
+                continue;
+            }
+            if files.pods.contains_key(&key) {
+                if self.collisions.insert(uid.clone()) {
+                    warn!(pod = %key, "an API pod has the name of a static pod on this node; the static pod wins");
+                }
+                continue;
+            }
+            if self.rejected.contains_key(&uid) {
+                continue;
+            }
+            let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+            if !self.admitted.contains_key(&uid) {
+                if is_terminal(phase) && !self.runtime_uids.contains(&uid) {
+                    continue; // finished before this agent saw it: nothing to run
+                }
+                let known = self.runtime_uids.contains(&uid);
+                match (!known).then(|| admit::admit(pod, &self.room, self.used(files))).flatten() {
+                    Some(r) => {
+                        info!(pod = %key, reason = %r.reason, message = %r.message, "pod rejected at admission");
+                        self.registry.record("Warning", &key, None, &r.reason, r.message.clone());
+                        self.rejected.insert(uid, (key, r));
+                        continue;
+                    }
+                    None => {
+                        self.admitted.insert(uid.clone(), admit::requests(pod));
+                    }
+                }
+            }
+            self.sync_external_conditions(&key, pod);
+            let version = pod.metadata.resource_version.clone();
+            let d = match self.desired.get(&uid) {
+                Some((v, d)) if *v == version => d.clone(),
+                _ => {
+                    let d = pods::desired(pod, &self.room.name);
+                    self.desired.insert(uid, (version, d.clone()));
+                    d
+                }
+            };
+            out.pods.insert(key, d);
+        }
+        out
+    }
+
+    /// What admitted pods use now: finished ones no longer count (the kubelet's active pods).
+    fn used(&self, files: &ManifestSet) -> Used {
+        let finished: BTreeSet<String> = self
+            .registry
+            .pods()
+            .into_iter()
+            .filter(|r| is_terminal(r.pod.status.as_ref().and_then(|s| s.phase.as_deref())))
+            .filter_map(|r| r.pod.metadata.uid)
+            .collect();
+        let mut used =
+            Used { pods: u32::try_from(files.pods.len()).unwrap_or(u32::MAX), ..Default::default() };
+        for (uid, (cpu, mem)) in &self.admitted {
+            if !finished.contains(uid) {
+                used.pods += 1;
+                used.cpu_milli += cpu;
+                used.memory += mem;
+            }
+        }
+        used
+    }
+
+    /// The controllers' conditions of an API pod become the pod's external conditions (its
+    /// readiness gates), so Ready honours them.
+    fn sync_external_conditions(&self, key: &crate::model::PodKey, pod: &Pod) {
+        let foreign: Vec<PodCondition> = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|c| !NODE_OWNED.contains(&c.type_.as_str()))
+            .collect();
+        let current = self.registry.external_conditions(key);
+        let same = |a: &PodCondition, b: &PodCondition| {
+            a.type_ == b.type_ && a.status == b.status && a.reason == b.reason && a.message == b.message
+        };
+        let changed =
+            foreign.len() != current.len() || foreign.iter().any(|f| !current.iter().any(|c| same(c, f)));
+        if !changed {
+            return;
+        }
+        for c in &current {
+            if !foreign.iter().any(|f| f.type_ == c.type_) {
+                self.registry.set_external_condition(key, c.clone(), true);
+            }
+        }
+        for f in foreign {
+            self.registry.set_external_condition(key, f, false);
+        }
+    }
+}
+
+/// Runs the merge until cancelled: every change of either source publishes a new combined set.
+/// (Room freed by a finished pod matters only to pods admitted later, which come with a change.)
+#[allow(clippy::too_many_arguments)]
+pub async fn run(
+    mut files: watch::Receiver<ManifestSet>,
+    mut api: watch::Receiver<ApiPods>,
+    registry: Registry,
+    room: NodeRoom,
+    runtime_uids: BTreeSet<String>,
+    out: watch::Sender<ManifestSet>,
+    rejections: watch::Sender<Rejections>,
+    cancel: CancellationToken,
+) {
+    let mut m = Merger {
+        registry,
+        room,
+        runtime_uids,
+        admitted: BTreeMap::new(),
+        rejected: BTreeMap::new(),
+        collisions: BTreeSet::new(),
+        desired: BTreeMap::new(),
+    };
+    loop {
+        let set = {
+            let f = files.borrow_and_update().clone();
+            let a = api.borrow_and_update().clone();
+            m.merge(&f, &a)
+        };
+        out.send_if_modified(|cur| {
+            if *cur == set {
+                false
+            } else {
+                *cur = set;
+                true
+            }
+        });
+        rejections.send_if_modified(|cur| {
+            if *cur == m.rejected {
+                false
+            } else {
+                *cur = m.rejected.clone();
+                true
+            }
+        });
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            r = files.changed() => if r.is_err() { return },
+            r = api.changed() => if r.is_err() { return },
+        }
+    }
+}

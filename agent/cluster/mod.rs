@@ -1,0 +1,316 @@
+//! Cluster mode (`--kubeconfig`): crilet as a node of a real Kubernetes cluster. It registers the
+//! Node and keeps its status and Lease fresh (`node_sync`), watches the pods bound to it
+//! (`pods`), admits them as the kubelet does (`admit`), runs them through the same supervisor
+//! as static pods (`merge` makes one set of both sources), writes their status (`status_sync`)
+//! and deletes a pod object once its containers have stopped.
+//!
+//! An API server that cannot be reached is never fatal: static pods run, every loop retries
+//! with back-off, and the registry's API health says so (log, `/healthz`). A kubeconfig that
+//! cannot work at all (bad file, unknown user, refused credentials) stops the agent at start.
+
+pub mod admit;
+pub mod connect;
+pub mod events;
+pub mod merge;
+pub mod mirror;
+pub mod node_object;
+pub mod node_sync;
+pub mod pods;
+pub mod status_sync;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, Preconditions};
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::cri::CriClient;
+use crate::model::PodKey;
+use crate::registry::Registry;
+use crate::source::ManifestSet;
+
+/// The kubelet version crilet follows, as the Node's `nodeInfo.kubeletVersion` shows it.
+pub const KUBELET_VERSION: &str = "v1.36.3";
+
+/// `crilet run`'s cluster settings.
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    pub kubeconfig: PathBuf,
+    pub node_name: String,
+    pub node_ip: String,
+    pub node_labels: BTreeMap<String, String>,
+    pub max_pods: u32,
+    pub port: u16,
+    pub root_dir: PathBuf,
+}
+
+/// The connection to the API server, shared by every cluster loop.
+pub struct ClusterLink {
+    pub client: kube::Client,
+    pub node_name: String,
+    registry: Registry,
+}
+
+impl ClusterLink {
+    /// The API server answered.
+    pub fn api_ok(&self) {
+        self.registry.set_api_health(true, "");
+    }
+
+    /// A request to the API server failed with `error`.
+    pub fn api_failed(&self, error: &str) {
+        let was = self.registry.api_health().is_none_or(|h| h.reachable);
+        self.registry.set_api_health(false, error);
+        if was {
+            warn!(error, "the API server is unreachable; pods keep running, retrying with back-off");
+        }
+    }
+}
+
+/// The node's allocatable resources (the downward API's default for unset limits).
+pub fn allocatable(
+    cfg: &ClusterConfig,
+) -> BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity> {
+    let facts = node_sync::read_facts(
+        &cfg.node_name,
+        &cfg.node_ip,
+        BTreeMap::new(),
+        cfg.max_pods,
+        cfg.port,
+        &cfg.root_dir,
+        String::new(),
+    );
+    node_object::allocatable(&facts)
+}
+
+/// Parses `--node-labels` (`k=v,k2=v2`).
+pub fn parse_labels(text: &str) -> anyhow::Result<BTreeMap<String, String>> {
+    let mut out = BTreeMap::new();
+    for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let Some((k, v)) = item.split_once('=') else {
+            anyhow::bail!("--node-labels: {item:?} is not key=value");
+        };
+        out.insert(k.trim().to_string(), v.trim().to_string());
+    }
+    Ok(out)
+}
+
+pub use pods::ApiPods;
+
+/// Connects: a kubeconfig that cannot work is an error (the agent stops); an API server that
+/// does not answer yet is only logged (every loop retries).
+pub async fn connect(cfg: &ClusterConfig, registry: &Registry) -> anyhow::Result<Arc<ClusterLink>> {
+    let client = connect::client(&cfg.kubeconfig).await?;
+    let link = Arc::new(ClusterLink { client, node_name: cfg.node_name.clone(), registry: registry.clone() });
+    let who = tokio::time::timeout(Duration::from_secs(15), connect::whoami(&link.client)).await;
+    match who {
+        Ok(connect::Identity::User(user)) => {
+            link.api_ok();
+            let expected = format!("system:node:{}", cfg.node_name);
+            if user != expected {
+                warn!(user = %user, expected = %expected, "the kubeconfig's user is not this node's identity; the Node authorizer will refuse what it may not do");
+            }
+            info!(user = %user, kubeconfig = %cfg.kubeconfig.display(), "connected to the API server");
+        }
+        Ok(connect::Identity::Refused(reason)) => {
+            anyhow::bail!("kubeconfig {}: {reason}", cfg.kubeconfig.display());
+        }
+        Ok(connect::Identity::Unreachable(reason)) => link.api_failed(&reason),
+        Err(_) => link.api_failed("no answer within 15s"),
+    }
+    Ok(link)
+}
+
+/// Starts the Node, Lease, pod watch, merge, status and deletion loops. Returns the merged pod
+/// set for the supervisor and the sender it reports finished pods on.
+#[allow(clippy::too_many_arguments)]
+pub fn start(
+    link: Arc<ClusterLink>,
+    cfg: &ClusterConfig,
+    volumes: Option<(Arc<crate::volumes::VolumeManager>, Duration)>,
+    cri: CriClient,
+    runtime_version: String,
+    runtime_uids: BTreeSet<String>,
+    registry: Registry,
+    files: watch::Receiver<ManifestSet>,
+    cancel: CancellationToken,
+) -> (watch::Receiver<ManifestSet>, mpsc::UnboundedSender<(PodKey, String)>) {
+    let facts = node_sync::read_facts(
+        &cfg.node_name,
+        &cfg.node_ip,
+        cfg.node_labels.clone(),
+        cfg.max_pods,
+        cfg.port,
+        &cfg.root_dir,
+        runtime_version,
+    );
+    let (uid_tx, uid_rx) = watch::channel(String::new());
+    {
+        let link = link.clone();
+        let facts = facts.clone();
+        let cri = cri.clone();
+        let cancel = cancel.clone();
+        tokio::spawn(async move {
+            let mut delay = Duration::from_millis(500);
+            loop {
+                match node_sync::register(&link, &facts).await {
+                    Ok(uid) => {
+                        link.api_ok();
+                        let _ = uid_tx.send(uid);
+                        break;
+                    }
+                    Err(e) => {
+                        warn!(error = %e, retry_in_s = delay.as_secs_f64(), "registering the Node failed; retrying");
+                        link.api_failed(&e.to_string());
+                    }
+                }
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    _ = tokio::time::sleep(delay) => {}
+                }
+                delay = (delay * 2).min(Duration::from_secs(7));
+            }
+            tokio::spawn(node_sync::run_status(link.clone(), cri, facts, cancel.clone()));
+        });
+    }
+    tokio::spawn(node_sync::run_lease(link.clone(), cfg.node_name.clone(), uid_rx, cancel.clone()));
+
+    let (api_tx, api_rx) = watch::channel(ApiPods::default());
+    tokio::spawn(pods::watch_pods(link.clone(), api_tx, cancel.clone()));
+
+    let alloc = node_object::allocatable(&facts);
+    let milli = |k: &str| {
+        alloc
+            .get(k)
+            .and_then(|q| crate::source::quantity::Quantity::parse(&q.0))
+            .and_then(|q| if k == "cpu" { q.milli_value() } else { q.value() })
+            .and_then(|v| i64::try_from(v).ok())
+            .unwrap_or(0)
+    };
+    let room = admit::NodeRoom {
+        name: cfg.node_name.clone(),
+        labels: node_object::labels(&facts),
+        max_pods: cfg.max_pods,
+        cpu_milli: milli("cpu"),
+        memory: milli("memory"),
+    };
+    tokio::spawn(mirror::run(link.clone(), files.clone(), api_rx.clone(), cancel.clone()));
+    tokio::spawn(events::run(link.clone(), registry.clone(), api_rx.clone(), cancel.clone()));
+    let (set_tx, set_rx) = watch::channel(files.borrow().clone());
+    let (rej_tx, rej_rx) = watch::channel(merge::Rejections::new());
+    tokio::spawn(merge::run(
+        files,
+        api_rx.clone(),
+        registry.clone(),
+        room,
+        runtime_uids,
+        set_tx,
+        rej_tx,
+        cancel.clone(),
+    ));
+    tokio::spawn(status_sync::run(link.clone(), registry, api_rx.clone(), rej_rx, cancel.clone()));
+
+    if let Some((volumes, period)) = volumes {
+        tokio::spawn(refresh_volumes(volumes, set_rx.clone(), period, cancel.clone()));
+    }
+    let (gone_tx, gone_rx) = mpsc::unbounded_channel();
+    tokio::spawn(delete_finished(link, api_rx, gone_rx, cancel));
+    (set_rx, gone_tx)
+}
+
+/// Every `period`, refreshes the API volumes of the running API pods (ConfigMap and Secret
+/// contents, the downward API's labels and annotations, tokens due for renewal), as the kubelet
+/// remounts them on each pod sync; forgets the caches of pods that are gone.
+async fn refresh_volumes(
+    volumes: Arc<crate::volumes::VolumeManager>,
+    set: watch::Receiver<ManifestSet>,
+    period: Duration,
+    cancel: CancellationToken,
+) {
+    let mut known: BTreeSet<String> = BTreeSet::new();
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let pods: Vec<crate::model::DesiredPod> = set
+            .borrow()
+            .pods
+            .values()
+            .filter(|d| pods::is_api_source(&d.file.to_string_lossy()))
+            .cloned()
+            .collect();
+        let now: BTreeSet<String> = pods.iter().map(|d| d.uid.clone()).collect();
+        for gone in known.difference(&now) {
+            volumes.forget(gone);
+        }
+        known = now;
+        for d in pods {
+            if let Err(e) = volumes.resync(&d.pod).await {
+                tracing::debug!(pod = %d.key, error = %e, "refreshing the pod's volumes failed; retrying");
+            }
+        }
+    }
+}
+
+/// Deletes an API pod being deleted once its worker has stopped everything: grace 0 with the
+/// UID as precondition (a new pod of the same name is never touched), retried while the API
+/// server is unreachable.
+async fn delete_finished(
+    link: Arc<ClusterLink>,
+    api: watch::Receiver<ApiPods>,
+    mut gone: mpsc::UnboundedReceiver<(PodKey, String)>,
+    cancel: CancellationToken,
+) {
+    let mut pending: BTreeMap<String, PodKey> = BTreeMap::new();
+    let mut tick = tokio::time::interval(Duration::from_secs(2));
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            g = gone.recv() => match g {
+                Some((key, uid)) => { pending.insert(uid, key); }
+                None => return,
+            },
+            _ = tick.tick(), if !pending.is_empty() => {}
+        }
+        let current = api.borrow().clone();
+        let mut done = Vec::new();
+        for (uid, key) in &pending {
+            let deleting = current.pods.get(key).is_some_and(|p| {
+                p.metadata.uid.as_deref() == Some(uid.as_str()) && p.metadata.deletion_timestamp.is_some()
+            });
+            if !deleting {
+                done.push(uid.clone());
+                continue;
+            }
+            let pods: Api<Pod> = Api::namespaced(link.client.clone(), &key.namespace);
+            let dp = DeleteParams {
+                grace_period_seconds: Some(0),
+                preconditions: Some(Preconditions { uid: Some(uid.clone()), resource_version: None }),
+                ..Default::default()
+            };
+            match pods.delete(&key.name, &dp).await {
+                Ok(_) => {
+                    info!(pod = %key, uid = %uid, "pod stopped; deleted from the API");
+                    link.api_ok();
+                    done.push(uid.clone());
+                }
+                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => done.push(uid.clone()),
+                Err(e) => {
+                    warn!(pod = %key, error = %e, "deleting the stopped pod from the API failed; retrying");
+                    link.api_failed(&e.to_string());
+                }
+            }
+        }
+        for uid in done {
+            pending.remove(&uid);
+        }
+    }
+}

@@ -1,0 +1,225 @@
+//! Keeping the Node object, its status and its Lease up to date, as the kubelet's node status
+//! manager and lease controller do: status every 10 s, written when it changed or every 5 min;
+//! the Lease renewed every 10 s for 40 s.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::core::v1::{Node, NodeStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use super::ClusterLink;
+use super::node_object::{self, NodeFacts, RuntimeReadiness};
+use crate::cri::CriClient;
+
+/// The kubelet's nodeStatusUpdateFrequency and nodeStatusReportFrequency.
+const STATUS_CHECK: Duration = Duration::from_secs(10);
+const STATUS_REPORT: Duration = Duration::from_secs(300);
+/// The kubelet's node lease: 40 s long, renewed every quarter of that.
+const LEASE_SECONDS: i32 = 40;
+const LEASE_RENEW: Duration = Duration::from_secs(10);
+
+/// Reads what the Node reports about this machine.
+pub fn read_facts(
+    name: &str,
+    node_ip: &str,
+    labels: std::collections::BTreeMap<String, String>,
+    max_pods: u32,
+    port: u16,
+    root_dir: &Path,
+    runtime_version: String,
+) -> NodeFacts {
+    let read = |p: &str| std::fs::read_to_string(p).map(|s| s.trim().to_string()).unwrap_or_default();
+    let memory_bytes = read("/proc/meminfo")
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024);
+    let ephemeral_bytes =
+        nix::sys::statvfs::statvfs(root_dir).map(|s| s.blocks() * s.fragment_size()).unwrap_or(0);
+    let os_image = read("/etc/os-release")
+        .lines()
+        .find_map(|l| l.strip_prefix("PRETTY_NAME="))
+        .map(|v| v.trim_matches('"').to_string())
+        .unwrap_or_else(|| "Linux".into());
+    let hostname = crate::node::default_node_name().unwrap_or_else(|_| name.to_string());
+    NodeFacts {
+        name: name.to_string(),
+        hostname,
+        node_ip: node_ip.to_string(),
+        labels,
+        cpus: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
+        memory_bytes,
+        ephemeral_bytes,
+        max_pods,
+        port,
+        machine_id: read("/etc/machine-id"),
+        system_uuid: read("/sys/class/dmi/id/product_uuid"),
+        boot_id: read("/proc/sys/kernel/random/boot_id"),
+        kernel: nix::sys::utsname::uname()
+            .map(|u| u.release().to_string_lossy().to_string())
+            .unwrap_or_default(),
+        os_image,
+        arch: node_object::go_arch(),
+        runtime_version,
+        kubelet_version: super::KUBELET_VERSION.to_string(),
+    }
+}
+
+/// Creates the Node, or patches the labels of the one that exists. Returns its UID.
+pub async fn register(link: &ClusterLink, facts: &NodeFacts) -> Result<String, kube::Error> {
+    let nodes: Api<Node> = Api::all(link.client.clone());
+    match nodes.create(&PostParams::default(), &node_object::new_node(facts)).await {
+        Ok(n) => {
+            info!(node = %facts.name, "registered the Node");
+            Ok(n.metadata.uid.unwrap_or_default())
+        }
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            let patch = serde_json::json!({ "metadata": { "labels": node_object::labels(facts) } });
+            let n = nodes.patch(&facts.name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+            info!(node = %facts.name, "the Node exists; its labels are patched");
+            Ok(n.metadata.uid.unwrap_or_default())
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Why the node is not ready, from the runtime's `Status` (empty when ready).
+async fn runtime_readiness(cri: &CriClient) -> RuntimeReadiness {
+    match cri.check_ready().await {
+        Ok(()) => RuntimeReadiness::default(),
+        Err(e) => RuntimeReadiness { problems: vec![format!("container runtime not ready: {e}")] },
+    }
+}
+
+/// Writes the node status every [`STATUS_CHECK`] when it changed, else every [`STATUS_REPORT`];
+/// publishes whether the last write worked.
+pub async fn run_status(link: Arc<ClusterLink>, cri: CriClient, facts: NodeFacts, cancel: CancellationToken) {
+    let nodes: Api<Node> = Api::all(link.client.clone());
+    let mut written: Option<(NodeStatus, tokio::time::Instant)> = None;
+    let mut tick = tokio::time::interval(STATUS_CHECK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let ready = runtime_readiness(&cri).await;
+        let previous = written.as_ref().and_then(|(s, _)| s.conditions.clone()).unwrap_or_default();
+        let status =
+            node_object::status(&facts, node_object::conditions(&ready, &previous, jiff::Timestamp::now()));
+        let due = match &written {
+            None => true,
+            Some((last, at)) => node_object::changed(last, &status) || at.elapsed() >= STATUS_REPORT,
+        };
+        if !due {
+            continue;
+        }
+        let patch = serde_json::json!({ "status": status });
+        match nodes.patch_status(&facts.name, &PatchParams::default(), &Patch::Strategic(&patch)).await {
+            Ok(_) => {
+                debug!("node status written");
+                written = Some((status, tokio::time::Instant::now()));
+                link.api_ok();
+            }
+            Err(e) => {
+                warn!(error = %e, "writing the node status failed; retrying");
+                link.api_failed(&e.to_string());
+            }
+        }
+    }
+}
+
+/// Renews the node's Lease every [`LEASE_RENEW`], creating it (owned by the Node) when missing.
+pub async fn run_lease(
+    link: Arc<ClusterLink>,
+    node: String,
+    mut node_uid: watch::Receiver<String>,
+    cancel: CancellationToken,
+) {
+    let leases: Api<Lease> = Api::namespaced(link.client.clone(), "kube-node-lease");
+    let mut cached: Option<Lease> = None;
+    // The Lease is owned by the Node: it is made once the Node is registered (as the kubelet).
+    while node_uid.borrow_and_update().is_empty() {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            r = node_uid.changed() => if r.is_err() { return },
+        }
+    }
+    let mut tick = tokio::time::interval(LEASE_RENEW);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let uid = node_uid.borrow_and_update().clone();
+        let now = MicroTime(jiff::Timestamp::now());
+        let owner = (!uid.is_empty()).then(|| {
+            vec![OwnerReference {
+                api_version: "v1".into(),
+                kind: "Node".into(),
+                name: node.clone(),
+                uid: uid.clone(),
+                ..Default::default()
+            }]
+        });
+        let result = match cached.take() {
+            Some(mut lease) => {
+                let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
+                spec.renew_time = Some(now);
+                spec.holder_identity = Some(node.clone());
+                spec.lease_duration_seconds = Some(LEASE_SECONDS);
+                if lease.metadata.owner_references.as_deref().unwrap_or_default().is_empty() {
+                    lease.metadata.owner_references = owner;
+                }
+                leases.replace(&node, &PostParams::default(), &lease).await
+            }
+            None => match leases.get_opt(&node).await {
+                Ok(Some(lease)) => {
+                    cached = Some(lease);
+                    tick.reset_immediately();
+                    continue;
+                }
+                Ok(None) => {
+                    let lease = Lease {
+                        metadata: ObjectMeta {
+                            name: Some(node.clone()),
+                            namespace: Some("kube-node-lease".into()),
+                            owner_references: owner,
+                            ..Default::default()
+                        },
+                        spec: Some(LeaseSpec {
+                            holder_identity: Some(node.clone()),
+                            lease_duration_seconds: Some(LEASE_SECONDS),
+                            renew_time: Some(now),
+                            ..Default::default()
+                        }),
+                    };
+                    leases.create(&PostParams::default(), &lease).await
+                }
+                Err(e) => Err(e),
+            },
+        };
+        match result {
+            Ok(lease) => {
+                cached = Some(lease);
+                link.api_ok();
+            }
+            Err(e) => {
+                // A conflict means someone else wrote it: read it again next time.
+                debug!(error = %e, "renewing the node lease failed; retrying");
+                link.api_failed(&e.to_string());
+                if !matches!(&e, kube::Error::Api(s) if s.code == 409) {
+                    warn!(error = %e, "renewing the node lease failed");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,151 @@
+//! The kubelet's HTTPS API on `--node-ip`:`--port` (10250), the part `kubectl logs` needs:
+//! TLS with the serving certificate, client certificates verified against `--client-ca-file`,
+//! authentication by certificate or bearer token (`TokenReview`), authorization on
+//! `nodes/<subresource>` by `SubjectAccessReview` as the kubelet maps paths, then `/healthz` and
+//! `/containerLogs/{namespace}/{pod}/{container}`. HTTP/1.1 and HTTP/2 (ALPN) on hyper.
+//!
+//! It owns the listener and its connections. Pods and their statuses come from the agent's
+//! [`Registry`]; the log files are the runtime's (read as `crilet logs` reads them, `cli::logs`);
+//! the reviews are the API server's answers. Exec, attach and port-forward are not served.
+
+mod auth;
+mod logs;
+mod routes;
+mod tls;
+
+#[cfg(test)]
+mod tests;
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{debug, info, warn};
+
+use self::auth::{Authenticator, KubeReviewer, Reviewer};
+use self::routes::KubeletApi;
+pub use self::tls::{BindError, ClientCaError};
+use crate::registry::Registry;
+
+/// A client that has not finished its TLS handshake, or sent its request headers, by then is
+/// dropped.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How the kubelet API is served.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// `--node-ip`:`--port`.
+    pub bind: SocketAddr,
+    /// `--tls-cert-file` (PEM chain, the serving certificate first) and `--tls-private-key-file`.
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
+    /// `--client-ca-file`: client certificates are verified against it (and not required).
+    pub client_ca_file: Option<PathBuf>,
+    /// The Node's name: the object that access is reviewed on (`nodes/<name>/<subresource>`).
+    pub node_name: String,
+}
+
+/// The bound kubelet API, ready to serve.
+pub struct Server {
+    listener: TcpListener,
+    acceptor: TlsAcceptor,
+    api: Arc<KubeletApi<KubeReviewer>>,
+}
+
+/// Reads the certificate files and binds the address now, so a bad file or a busy address stops
+/// the agent at start with the file (or address) and the reason ([`BindError`]). Reviews go to
+/// the API server through `client`; pods are looked up in `registry`.
+pub async fn bind(cfg: Config, client: kube::Client, registry: Registry) -> anyhow::Result<Server> {
+    let tls = tls::server_config(&cfg.cert_file, &cfg.key_file, cfg.client_ca_file.as_deref())?;
+    let listener = TcpListener::bind(cfg.bind)
+        .await
+        .map_err(|source| BindError::Listen { address: cfg.bind, source })?;
+    let api =
+        KubeletApi { auth: Authenticator::new(KubeReviewer { client }), registry, node_name: cfg.node_name };
+    Ok(Server { listener, acceptor: TlsAcceptor::from(Arc::new(tls)), api: Arc::new(api) })
+}
+
+impl Server {
+    /// The address bound (useful with port 0).
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Serves until `cancel` fires; then open connections (and followed logs) are closed and
+    /// this returns once their tasks have ended.
+    pub async fn serve(self, cancel: CancellationToken) {
+        serve(self.listener, self.acceptor, self.api, cancel).await;
+    }
+}
+
+/// The accept loop, for any [`Reviewer`] (tests use a fake one).
+pub(crate) async fn serve<R: Reviewer>(
+    listener: TcpListener,
+    acceptor: TlsAcceptor,
+    api: Arc<KubeletApi<R>>,
+    cancel: CancellationToken,
+) {
+    let local = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
+    info!(address = %local, "serving the kubelet API");
+    let tracker = TaskTracker::new();
+    loop {
+        let (tcp, peer) = tokio::select! {
+            _ = cancel.cancelled() => break,
+            r = listener.accept() => match r {
+                Ok(v) => v,
+                Err(e) => {
+                    // EMFILE and the like: back off a little rather than spin.
+                    warn!(error = %e, "accepting a kubelet API connection failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let (acceptor, api, cancel) = (acceptor.clone(), api.clone(), cancel.clone());
+        tracker.spawn(async move {
+            let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => return debug!(peer = %peer, error = %e, "TLS handshake failed"),
+                Err(_) => return debug!(peer = %peer, "TLS handshake timed out"),
+            };
+            let cert_user = stream.get_ref().1.peer_certificates().and_then(<[_]>::first).and_then(tls::certificate_user);
+            let conn_cancel = cancel.clone();
+            let service = service_fn(move |req| {
+                let (api, user, cancel) = (api.clone(), cert_user.clone(), conn_cancel.clone());
+                async move { Ok::<_, Infallible>(api.handle(req, user, cancel).await) }
+            });
+            let mut builder = auto::Builder::new(TokioExecutor::new());
+            builder.http1().timer(TokioTimer::new()).header_read_timeout(HEADER_TIMEOUT);
+            builder.http2().timer(TokioTimer::new());
+            let conn = builder.serve_connection(TokioIo::new(stream), service);
+            tokio::select! {
+                _ = cancel.cancelled() => {}
+                r = conn => if let Err(e) = r { debug!(peer = %peer, error = %e, "kubelet API connection ended") },
+            }
+        });
+    }
+    tracker.close();
+    tracker.wait().await;
+}
+
+/// The error and its sources, `: `-separated, for logs.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        out.push_str(": ");
+        out.push_str(&c.to_string());
+        cur = c.source();
+    }
+    out
+}

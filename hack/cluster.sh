@@ -1,0 +1,700 @@
+#!/usr/bin/env bash
+# hack/cluster.sh — a real Kubernetes control plane on 127.0.0.1 for crilet to join as a node.
+#
+# Usage: hack/cluster.sh [up]            build what is missing, then start (or repair) the cluster
+#        hack/cluster.sh down [--purge]  stop it (by pid) and remove its runtime state and etcd
+#                                        data; --purge also removes the PKI, kubeconfigs and node
+#                                        identities (hack/teardown.sh does that)
+#        hack/cluster.sh node NAME       write node NAME's identity (client cert + kubeconfig,
+#                                        kubelet-API serving cert) and print the paths
+#        hack/cluster.sh build [kubelet] build the binaries and fetch etcd/kubectl only; with
+#                                        `kubelet` also the upstream kubelet (for benchmarks)
+#        hack/cluster.sh status          what runs and answers (exit 1 unless all of it)
+#   -v / CRILET_VERBOSE=1: show the build's output as it comes.
+#
+# What `up` makes (as root; every step is skipped when already done):
+#   1. kube-apiserver, kube-controller-manager, kube-scheduler v1.36.3 built from the
+#      k8s.io/kubernetes Go module through a generated wrapper module (lib.sh K8S_WRAPPER_DIR:
+#      one `replace k8s.io/X => k8s.io/X v0.36.3` per staging module), CGO off, into
+#      /var/lib/crilet-dev/k8s/v1.36.3/bin, Go's caches in /var/lib/crilet-dev/k8s/go
+#      (log: $LOG_DIR/cluster-build.log). A binary that reports the right version is not rebuilt.
+#   2. etcd 3.5.30 (etcd-server) and kubectl 1.36.4+ds-1 from Debian sid: `apt-get download`
+#      through the private apt state hack/lib.sh's ensure_containerd_sid uses, `dpkg-deb -x`
+#      into /var/lib/crilet-dev/k8s/sid (never installed on the system).
+#   3. a PKI under /var/lib/crilet-dev/cluster/pki (openssl; ECDSA P-256 CA, PKCS#8 keys):
+#      apiserver serving cert, admin client (CN=admin, O=system:masters), apiserver->kubelet
+#      client (CN=kube-apiserver-kubelet-client, O=system:masters), RSA service-account keys;
+#      admin.kubeconfig next to it (everything embedded as base64 data).
+#   4. etcd (client 127.0.0.1:2479, peer :2480, --unsafe-no-fsync), kube-apiserver (:16443),
+#      kube-controller-manager (:16257), kube-scheduler (:16259), each a detached process with
+#      a pid file in /run/crilet-dev/cluster and a log $LOG_DIR/cluster-NAME.log; waits for
+#      their health endpoints and for the `default` ServiceAccount and the kube-root-ca.crt
+#      ConfigMap in namespace default;
+#   5. the env file /run/crilet-dev/cluster/env (CRILET_CLUSTER_KUBECONFIG, CRILET_CLUSTER_SERVER,
+#      CRILET_KUBECTL, CRILET_CLUSTER_CA, CRILET_CLUSTER_DIR, CRILET_CLUSTER_VERSION, ...).
+# A component that is not running (or runs with other flags than this script would give it, or
+# stopped answering) is (re)started; the others are left alone. Nothing listens or dials
+# anywhere but 127.0.0.1. Only processes recorded in our pid files (or running our private
+# binaries) are ever signalled.
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+
+K8S_MODULE=k8s.io/kubernetes
+K8S_DEFAULT_CMDS=(kube-apiserver kube-controller-manager kube-scheduler)
+BUILD_LOG="$LOG_DIR/cluster-build.log"
+# Shared with ensure_containerd_sid (lib.sh): one sid index for every package we take from sid.
+SID_APT_DIR="$CONTAINERD_SID_DIR/apt"
+CLUSTER_LOCK="$CRILET_RUN/cluster.lock"
+
+PKI="$CLUSTER_PKI"
+CA_CRT="$PKI/ca.crt"
+CA_KEY="$PKI/ca.key"
+SA_KEY="$PKI/sa.key"
+SA_PUB="$PKI/sa.pub"
+SERVICE_CIDR=10.0.0.0/24
+CLUSTER_NAME=crilet-dev
+KUBECTL_CACHE="$CLUSTER_DIR/kubectl-cache"
+# Seconds each component gets to answer its health endpoint after a start.
+START_DEADLINE=90
+
+usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2; exit "${1:-2}"; }
+
+# ------------------------------------------------------------------------------------------
+# Building Kubernetes
+# ------------------------------------------------------------------------------------------
+k8s_go() { env "${K8S_GOENV[@]}" go "$@"; }
+
+# k8s_built NAME — the binary is there and reports the pinned version.
+k8s_built() {
+    [ -x "$K8S_BIN_DIR/$1" ] && [ "$("$K8S_BIN_DIR/$1" --version 2>/dev/null)" = "Kubernetes $K8S_VERSION" ]
+}
+
+# prepare_wrapper — a module outside the repository that requires k8s.io/kubernetes at the
+# pinned version. Its go.mod pins every staging module at v0.0.0 with `=> ./staging/...`
+# replaces, which Go ignores in a dependency: the wrapper replaces each of them with the
+# staging module's published release instead. Generated once per version (a stamp marks a
+# finished `go mod tidy`).
+prepare_wrapper() {
+    local stamp="$K8S_WRAPPER_DIR/.tidy-done" gomod replaces n cmd
+    [ -f "$stamp" ] && return 0
+    log "generating the wrapper module for $K8S_MODULE $K8S_VERSION in $K8S_WRAPPER_DIR"
+    gomod="$(k8s_go mod download -json "$K8S_MODULE@$K8S_VERSION" 2>>"$BUILD_LOG" | jq -r '.GoMod // empty')" ||
+        die "go mod download $K8S_MODULE@$K8S_VERSION failed; see $BUILD_LOG"
+    [ -s "$gomod" ] || die "go mod download gave no go.mod for $K8S_MODULE@$K8S_VERSION; see $BUILD_LOG"
+    replaces="$(sed -n 's#^[[:space:]]*\(k8s\.io/[^[:space:]]*\)[[:space:]]*=>[[:space:]]*\./staging/src/k8s\.io/.*#\t\1 => \1 '"$K8S_STAGING_VERSION"'#p' "$gomod")"
+    n="$(grep -c . <<<"$replaces" || true)"
+    [ "$n" -gt 0 ] || die "no staging replaces found in $gomod"
+    rm -rf "$K8S_WRAPPER_DIR"
+    mkdir -p "$K8S_WRAPPER_DIR"
+    {
+        echo "// Generated by hack/cluster.sh: builds $K8S_MODULE $K8S_VERSION's commands. Rewritten when missing."
+        echo "module crilet.dev/k8s-build"
+        echo
+        # The go line and the godebug settings (one line or a block) of the upstream module.
+        awk '/^go [0-9]/' "$gomod"
+        awk '/^godebug \(/ {b=1} b {print} b && /^\)/ {b=0; next} /^godebug [^(]/ {print}' "$gomod"
+        echo
+        echo "require $K8S_MODULE $K8S_VERSION"
+        echo
+        echo "replace ("
+        printf '%s\n' "$replaces"
+        echo ")"
+    } >"$K8S_WRAPPER_DIR/go.mod"
+    # Every command we may build, so one tidy serves `build` and `build kubelet`.
+    {
+        echo "//go:build tools"
+        echo
+        echo "// Package tools pins the commands hack/cluster.sh builds (go mod tidy keeps their deps)."
+        echo "package tools"
+        echo
+        echo "import ("
+        for cmd in kube-apiserver kube-controller-manager kube-scheduler kubelet; do
+            echo "	_ \"$K8S_MODULE/cmd/$cmd\""
+        done
+        echo ")"
+    } >"$K8S_WRAPPER_DIR/tools.go"
+    log "$n staging replaces; running go mod tidy (log $BUILD_LOG)"
+    (cd "$K8S_WRAPPER_DIR" && VERBOSE_LOG="$BUILD_LOG" quietly k8s_go mod tidy) ||
+        die "go mod tidy of the wrapper module failed; see $BUILD_LOG"
+    touch "$stamp"
+}
+
+# build_k8s CMD... — build each command not yet built at the pinned version.
+build_k8s() {
+    local cmd todo=() t0 t ldflags
+    for cmd in "$@"; do k8s_built "$cmd" || todo+=("$cmd"); done
+    if [ "${#todo[@]}" = 0 ]; then
+        log "Kubernetes $K8S_VERSION already built: $* ($K8S_BIN_DIR)"
+        return 0
+    fi
+    command -v go >/dev/null || die "go is not installed (needed to build Kubernetes)"
+    command -v jq >/dev/null || die "jq is not installed (run hack/setup.sh)"
+    mkdir -p "$LOG_DIR" "$K8S_BIN_DIR"
+    printf '\n[%s] building %s\n' "$(date +%H:%M:%S)" "${todo[*]}" >>"$BUILD_LOG"
+    t0=$SECONDS
+    prepare_wrapper
+    # Without the -X flags /version says v0.0.0-master.
+    ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION"
+    ldflags+=" -X k8s.io/component-base/version.gitMajor=$(cut -d. -f1 <<<"${K8S_VERSION#v}")"
+    ldflags+=" -X k8s.io/component-base/version.gitMinor=$(cut -d. -f2 <<<"$K8S_VERSION")"
+    ldflags+=" -X k8s.io/component-base/version.gitTreeState=clean"
+    for cmd in "${todo[@]}"; do
+        log "building $cmd $K8S_VERSION (log $BUILD_LOG$([ "$cmd" = kube-apiserver ] && echo '; cold: 8-17 min on 2 cores'))"
+        t=$SECONDS
+        rm -f "$K8S_BIN_DIR/$cmd.tmp"
+        (cd "$K8S_WRAPPER_DIR" && VERBOSE_LOG="$BUILD_LOG" quietly k8s_go build -trimpath -tags selinux,notest \
+            -ldflags "$ldflags" -o "$K8S_BIN_DIR/$cmd.tmp" "$K8S_MODULE/cmd/$cmd") ||
+            die "building $cmd failed; see $BUILD_LOG"
+        mv -f "$K8S_BIN_DIR/$cmd.tmp" "$K8S_BIN_DIR/$cmd"
+        k8s_built "$cmd" ||
+            die "$K8S_BIN_DIR/$cmd does not report Kubernetes $K8S_VERSION: $("$K8S_BIN_DIR/$cmd" --version 2>&1 | head -n1)"
+        log "built $cmd $K8S_VERSION in $((SECONDS - t))s"
+    done
+    log "Kubernetes $K8S_VERSION built in $((SECONDS - t0))s: ${todo[*]} ($K8S_BIN_DIR)"
+}
+
+# ------------------------------------------------------------------------------------------
+# etcd and kubectl from Debian sid
+# ------------------------------------------------------------------------------------------
+SID_APT_OPTS=(-o "Dir::Etc::SourceList=$SID_APT_DIR/sources.list" -o Dir::Etc::SourceParts=/dev/null
+    -o "Dir::State::Lists=$SID_APT_DIR/lists" -o "Dir::Cache=$SID_APT_DIR/cache"
+    -o "Dir::Cache::Archives=$SID_APT_DIR/archives" -o Dir::State::status=/dev/null)
+SID_UPDATED=0
+
+sid_apt_init() {
+    mkdir -p "$SID_APT_DIR/lists/partial" "$SID_APT_DIR/archives/partial" "$SID_APT_DIR/cache"
+    echo "deb http://deb.debian.org/debian sid main" >"$SID_APT_DIR/sources.list"
+}
+
+sid_update() {
+    [ "$SID_UPDATED" = 1 ] && return 0
+    log "updating the Debian sid index (private apt state in $SID_APT_DIR)"
+    apt-get "${SID_APT_OPTS[@]}" update -q >"$SID_APT_DIR/update.log" 2>&1 ||
+        die "apt-get update for Debian sid failed; see $SID_APT_DIR/update.log"
+    SID_UPDATED=1
+}
+
+# sid_versions PKG — every version of PKG the sid index offers.
+sid_versions() { apt-cache "${SID_APT_OPTS[@]}" show "$1" 2>/dev/null | awk '/^Version:/ {print $2}'; }
+
+# sid_unpack PKG VERSION DEST — download PKG=VERSION and unpack it into DEST.
+sid_unpack() {
+    local pkg="$1" version="$2" dest="$3" dl="$SID_APT_DIR/download-$1.log"
+    rm -f "$SID_APT_DIR/archives/${pkg}_"*.deb
+    (cd "$SID_APT_DIR/archives" && apt-get "${SID_APT_OPTS[@]}" download -q "$pkg=$version" >"$dl" 2>&1) ||
+        die "apt-get download $pkg=$version failed; see $dl"
+    rm -rf "$dest.tmp"
+    dpkg-deb -x "$SID_APT_DIR/archives/${pkg}_"*.deb "$dest.tmp"
+    echo "$version" >"$dest.tmp/.debian-version"
+    rm -rf "$dest"
+    mv "$dest.tmp" "$dest"
+    rm -f "$SID_APT_DIR/archives/${pkg}_"*.deb
+}
+
+# etcd_ok — $ETCD_BIN runs and is etcd $ETCD_VERSION.
+etcd_ok() {
+    [ -x "$ETCD_BIN" ] && grep -qx "etcd Version: $ETCD_VERSION" <<<"$("$ETCD_BIN" --version 2>/dev/null)"
+}
+
+# ensure_etcd — etcd-server at upstream version $ETCD_VERSION (the highest Debian revision of
+# it that sid offers).
+ensure_etcd() {
+    local dest="$K8S_SID_DIR/etcd-server-$ETCD_VERSION" v best="" pass
+    etcd_ok && return 0
+    sid_apt_init
+    # The shared index may be fresh enough already; update it only when it lacks the version.
+    for pass in cached updated; do
+        if [ "$pass" = updated ]; then sid_update; fi
+        for v in $(sid_versions etcd-server); do
+            case "$v" in "$ETCD_VERSION"-*) ;; *) continue ;; esac
+            if [ -z "$best" ] || dpkg --compare-versions "$v" gt "$best"; then best="$v"; fi
+        done
+        [ -z "$best" ] || break
+    done
+    [ -n "$best" ] || die "Debian sid does not offer etcd-server $ETCD_VERSION (has: $(sid_versions etcd-server | tr '\n' ' '))"
+    log "fetching etcd-server $best from Debian sid into $dest"
+    mkdir -p "$K8S_SID_DIR"
+    sid_unpack etcd-server "$best" "$dest"
+    etcd_ok || die "$ETCD_BIN does not run or is not etcd $ETCD_VERSION"
+}
+
+ensure_kubectl() {
+    local dest="$K8S_SID_DIR/kubectl-$KUBECTL_DEB_VERSION"
+    if [ -x "$KUBECTL_BIN" ] && "$KUBECTL_BIN" version --client >/dev/null 2>&1; then
+        return 0
+    fi
+    sid_apt_init
+    if ! grep -qxF "$KUBECTL_DEB_VERSION" <<<"$(sid_versions kubectl)"; then
+        sid_update
+        grep -qxF "$KUBECTL_DEB_VERSION" <<<"$(sid_versions kubectl)" ||
+            die "Debian sid does not offer kubectl=$KUBECTL_DEB_VERSION (has: $(sid_versions kubectl | tr '\n' ' '))"
+    fi
+    log "fetching kubectl $KUBECTL_DEB_VERSION from Debian sid into $dest"
+    mkdir -p "$K8S_SID_DIR"
+    # The exact version: a plain `download kubectl` could pick another kubectl package (the
+    # image may carry one with a higher epoch).
+    sid_unpack kubectl "$KUBECTL_DEB_VERSION" "$dest"
+    "$KUBECTL_BIN" version --client >/dev/null 2>&1 || die "$KUBECTL_BIN does not run"
+}
+
+# ------------------------------------------------------------------------------------------
+# PKI (openssl). Keys are ECDSA P-256 in PKCS#8 PEM ("BEGIN PRIVATE KEY"), mode 0600; every
+# certificate is kept while it verifies against the CA, matches its key and its recorded
+# spec (subject, usage, SANs) and has more than a week left; otherwise it is issued anew.
+# ------------------------------------------------------------------------------------------
+PKI_CHANGED=0
+
+# new_key FILE [rsa] — a fresh private key (EC P-256, or RSA 2048).
+new_key() {
+    local f="$1"
+    rm -f "$f.tmp"
+    if [ "${2:-ec}" = rsa ]; then
+        (umask 077 && openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out "$f.tmp" 2>/dev/null)
+    else
+        (umask 077 && openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$f.tmp" 2>/dev/null)
+    fi || die "openssl could not generate $f"
+    mv -f "$f.tmp" "$f"
+}
+
+# key_matches CRT KEY — the certificate carries KEY's public key.
+key_matches() {
+    [ "$(openssl x509 -in "$1" -noout -pubkey 2>/dev/null)" = "$(openssl pkey -in "$2" -pubout 2>/dev/null)" ] &&
+        [ -n "$(openssl pkey -in "$2" -pubout 2>/dev/null)" ]
+}
+
+# openssl_config USAGE SANS — a minimal config (not the system's openssl.cnf, whose defaults
+# would add or duplicate extensions) with the extension section `ext`.
+openssl_config() {
+    local usage="$1" sans="$2"
+    echo "[req]"
+    echo "distinguished_name = dn"
+    echo "[dn]"
+    echo "[ext]"
+    if [ "$usage" = ca ]; then
+        echo "basicConstraints = critical, CA:TRUE"
+        echo "keyUsage = critical, keyCertSign, cRLSign, digitalSignature"
+        echo "subjectKeyIdentifier = hash"
+    else
+        echo "basicConstraints = critical, CA:FALSE"
+        echo "keyUsage = critical, digitalSignature"
+        echo "extendedKeyUsage = $usage"
+        echo "subjectKeyIdentifier = hash"
+        echo "authorityKeyIdentifier = keyid"
+        [ -z "$sans" ] || echo "subjectAltName = $sans"
+    fi
+}
+
+ensure_ca() {
+    local spec cfg
+    spec="/CN=crilet-dev-ca|$(openssl_config ca "" | sha256sum | cut -d' ' -f1)"
+    if [ -s "$CA_CRT" ] && [ -s "$CA_KEY" ] && [ "$(cat "$CA_CRT.spec" 2>/dev/null)" = "$spec" ] &&
+        openssl x509 -in "$CA_CRT" -noout -checkend 2592000 >/dev/null 2>&1 && key_matches "$CA_CRT" "$CA_KEY"; then
+        return 0
+    fi
+    log "creating the cluster CA in $PKI"
+    mkdir -p "$PKI"
+    chmod 0700 "$PKI"
+    new_key "$CA_KEY"
+    cfg="$(mktemp)"
+    openssl_config ca "" >"$cfg"
+    openssl req -x509 -new -key "$CA_KEY" -subj "/CN=crilet-dev-ca" -days 3650 -sha256 \
+        -set_serial "0x$(openssl rand -hex 16)" -config "$cfg" -extensions ext -out "$CA_CRT.tmp" 2>/dev/null ||
+        { rm -f "$cfg"; die "openssl could not create the CA"; }
+    rm -f "$cfg"
+    mv -f "$CA_CRT.tmp" "$CA_CRT"
+    echo "$spec" >"$CA_CRT.spec"
+    PKI_CHANGED=1
+}
+
+# issue_cert BASE SUBJECT USAGE [SANS] — BASE.crt/BASE.key signed by the CA; USAGE is
+# serverAuth or clientAuth.
+issue_cert() {
+    local base="$1" subj="$2" usage="$3" sans="${4:-}" spec cfg
+    # What the certificate was made from: a change of the recipe issues it anew.
+    spec="$subj|$(openssl_config "$usage" "$sans" | sha256sum | cut -d' ' -f1)"
+    if [ -s "$base.crt" ] && [ -s "$base.key" ] && [ "$(cat "$base.crt.spec" 2>/dev/null)" = "$spec" ] &&
+        openssl verify -CAfile "$CA_CRT" "$base.crt" >/dev/null 2>&1 &&
+        openssl x509 -in "$base.crt" -noout -checkend 604800 >/dev/null 2>&1 && key_matches "$base.crt" "$base.key"; then
+        return 0
+    fi
+    mkdir -p "$(dirname "$base")"
+    new_key "$base.key"
+    cfg="$(mktemp)"
+    openssl_config "$usage" "$sans" >"$cfg"
+    if ! openssl req -new -key "$base.key" -subj "$subj" -config "$cfg" 2>/dev/null |
+        openssl x509 -req -CA "$CA_CRT" -CAkey "$CA_KEY" -set_serial "0x$(openssl rand -hex 16)" -days 365 -sha256 \
+            -extfile "$cfg" -extensions ext -out "$base.crt.tmp" 2>/dev/null; then
+        rm -f "$cfg"
+        die "openssl could not issue $base.crt ($subj)"
+    fi
+    rm -f "$cfg"
+    mv -f "$base.crt.tmp" "$base.crt"
+    echo "$spec" >"$base.crt.spec"
+    log "issued $base.crt ($subj${sans:+; $sans})"
+}
+
+ensure_sa_keys() {
+    if [ -s "$SA_KEY" ] && [ -s "$SA_PUB" ] && [ "$(openssl pkey -in "$SA_KEY" -pubout 2>/dev/null)" = "$(cat "$SA_PUB")" ]; then
+        return 0
+    fi
+    new_key "$SA_KEY" rsa
+    openssl pkey -in "$SA_KEY" -pubout -out "$SA_PUB" 2>/dev/null || die "openssl could not write $SA_PUB"
+    log "created the service-account signing key pair ($SA_KEY, $SA_PUB)"
+    PKI_CHANGED=1
+}
+
+# write_kubeconfig FILE USER CERT KEY — everything embedded (base64 data), no paths.
+write_kubeconfig() {
+    local file="$1" user="$2" crt="$3" key="$4" content
+    content="$(cat <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: $CLUSTER_NAME
+  cluster:
+    server: $CLUSTER_SERVER
+    certificate-authority-data: $(base64 -w0 <"$CA_CRT")
+users:
+- name: $user
+  user:
+    client-certificate-data: $(base64 -w0 <"$crt")
+    client-key-data: $(base64 -w0 <"$key")
+contexts:
+- name: $CLUSTER_NAME
+  context:
+    cluster: $CLUSTER_NAME
+    user: $user
+current-context: $CLUSTER_NAME
+EOF
+)"
+    [ -f "$file" ] && [ "$(cat "$file")" = "$content" ] && return 0
+    mkdir -p "$(dirname "$file")"
+    (umask 077 && printf '%s\n' "$content" >"$file.tmp")
+    mv -f "$file.tmp" "$file"
+}
+
+ensure_pki() {
+    command -v openssl >/dev/null || die "openssl is not installed"
+    mkdir -p "$CLUSTER_DIR"
+    ensure_ca
+    ensure_sa_keys
+    issue_cert "$PKI/apiserver" "/CN=kube-apiserver" serverAuth \
+        "IP:127.0.0.1, IP:10.0.0.1, DNS:localhost, DNS:kubernetes, DNS:kubernetes.default, DNS:kubernetes.default.svc"
+    issue_cert "$PKI/admin" "/O=system:masters/CN=admin" clientAuth
+    issue_cert "$PKI/apiserver-kubelet-client" "/O=system:masters/CN=kube-apiserver-kubelet-client" clientAuth
+    write_kubeconfig "$CLUSTER_ADMIN_KUBECONFIG" admin "$PKI/admin.crt" "$PKI/admin.key"
+}
+
+# ------------------------------------------------------------------------------------------
+# Components
+# ------------------------------------------------------------------------------------------
+# component_bin NAME — its binary (also the marker that tells our process from anyone's).
+component_bin() {
+    case "$1" in
+        etcd) echo "$ETCD_BIN" ;;
+        *) echo "$K8S_BIN_DIR/$1" ;;
+    esac
+}
+component_pidfile() { echo "$CLUSTER_RUN/$1.pid"; }
+component_log() { echo "$LOG_DIR/cluster-$1.log"; }
+component_ports() {
+    case "$1" in
+        etcd) echo "$CLUSTER_ETCD_CLIENT_PORT $CLUSTER_ETCD_PEER_PORT" ;;
+        kube-apiserver) echo "$CLUSTER_APISERVER_PORT" ;;
+        kube-controller-manager) echo "$CLUSTER_KCM_PORT" ;;
+        kube-scheduler) echo "$CLUSTER_SCHEDULER_PORT" ;;
+    esac
+}
+
+# component_argv NAME — set ARGV to the full command line of NAME.
+# kube-apiserver: --advertise-address 127.0.0.1 is accepted, but the endpoint reconciler then
+# fails every 10 s (Endpoints "kubernetes": "may not be in the loopback range"); with
+# --endpoint-reconciler-type none the `kubernetes` Service simply has no endpoints (nothing
+# could route to its ClusterIP anyway: there is no kube-proxy), and nothing ever advertises
+# this host's primary IP. kube-controller-manager and kube-scheduler get no
+# --authentication/--authorization-kubeconfig: with them they fail every few seconds on the
+# missing requestheader CA (there is no front proxy); without, their /healthz (always allowed)
+# is all that is served.
+component_argv() {
+    local bin
+    bin="$(component_bin "$1")"
+    case "$1" in
+        etcd)
+            ARGV=("$bin" --name default --data-dir "$CLUSTER_ETCD_DATA"
+                --listen-client-urls "http://127.0.0.1:$CLUSTER_ETCD_CLIENT_PORT"
+                --advertise-client-urls "http://127.0.0.1:$CLUSTER_ETCD_CLIENT_PORT"
+                --listen-peer-urls "http://127.0.0.1:$CLUSTER_ETCD_PEER_PORT"
+                --initial-advertise-peer-urls "http://127.0.0.1:$CLUSTER_ETCD_PEER_PORT"
+                --initial-cluster "default=http://127.0.0.1:$CLUSTER_ETCD_PEER_PORT"
+                --initial-cluster-state new --unsafe-no-fsync=true --log-level warn) ;;
+        kube-apiserver)
+            # shellcheck disable=SC2054  # the commas are inside flag values
+            ARGV=("$bin" --etcd-servers "http://127.0.0.1:$CLUSTER_ETCD_CLIENT_PORT"
+                --bind-address 127.0.0.1 --advertise-address 127.0.0.1
+                --endpoint-reconciler-type none
+                --secure-port "$CLUSTER_APISERVER_PORT"
+                --cert-dir "$CLUSTER_DIR/apiserver-certs"
+                --tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key"
+                --client-ca-file "$CA_CRT"
+                --kubelet-client-certificate "$PKI/apiserver-kubelet-client.crt"
+                --kubelet-client-key "$PKI/apiserver-kubelet-client.key"
+                --kubelet-preferred-address-types InternalIP
+                --service-cluster-ip-range "$SERVICE_CIDR"
+                --allow-privileged=true
+                --authorization-mode Node,RBAC
+                --enable-admission-plugins NodeRestriction
+                --service-account-issuer https://kubernetes.default.svc
+                --service-account-key-file "$SA_PUB"
+                --service-account-signing-key-file "$SA_KEY"
+                --profiling=false) ;;
+        kube-controller-manager)
+            ARGV=("$bin" --kubeconfig "$CLUSTER_ADMIN_KUBECONFIG"
+                --bind-address 127.0.0.1 --secure-port "$CLUSTER_KCM_PORT"
+                --leader-elect=false
+                --controllers '*,-nodeipam,-service-lb-controller,-cloud-node-lifecycle'
+                --service-account-private-key-file "$SA_KEY"
+                --root-ca-file "$CA_CRT"
+                --cluster-signing-cert-file "$CA_CRT" --cluster-signing-key-file "$CA_KEY"
+                --use-service-account-credentials=false
+                --profiling=false) ;;
+        kube-scheduler)
+            ARGV=("$bin" --kubeconfig "$CLUSTER_ADMIN_KUBECONFIG"
+                --bind-address 127.0.0.1 --secure-port "$CLUSTER_SCHEDULER_PORT"
+                --leader-elect=false
+                --profiling=false) ;;
+        *) die "unknown component $1" ;;
+    esac
+}
+
+# curl to loopback only, never through a proxy.
+lcurl() { curl -fsS --noproxy '*' --max-time 3 "$@"; }
+
+# component_healthy NAME — its health endpoint answers ok.
+component_healthy() {
+    case "$1" in
+        etcd) grep -q '"health":"true"' <<<"$(lcurl "http://127.0.0.1:$CLUSTER_ETCD_CLIENT_PORT/health" 2>/dev/null)" ;;
+        kube-apiserver)
+            [ "$(lcurl --cacert "$CA_CRT" --cert "$PKI/admin.crt" --key "$PKI/admin.key" \
+                "$CLUSTER_SERVER/readyz" 2>/dev/null)" = ok ] ;;
+        # Self-signed serving certificates (made in memory): -k, on 127.0.0.1.
+        kube-controller-manager) [ "$(lcurl -k "https://127.0.0.1:$CLUSTER_KCM_PORT/healthz" 2>/dev/null)" = ok ] ;;
+        kube-scheduler) [ "$(lcurl -k "https://127.0.0.1:$CLUSTER_SCHEDULER_PORT/healthz" 2>/dev/null)" = ok ] ;;
+    esac
+}
+
+# component_pid NAME — the PID of our running NAME (re-adopted if its pid file was lost).
+component_pid() {
+    local bin pidfile
+    bin="$(component_bin "$1")"
+    pidfile="$(component_pidfile "$1")"
+    adopt "$pidfile" "$(basename "$bin")" "$bin" >/dev/null 2>&1 || true
+    live_pid "$pidfile" "$bin"
+}
+
+# stop_component NAME — SIGTERM, SIGKILL after a grace period. kube-apiserver normally exits
+# within 2 s, but now and then hangs after "Stopped listening" until killed: its grace is
+# short (its state is thrown away by `down` anyway).
+stop_component() {
+    local bin grace=20
+    bin="$(component_bin "$1")"
+    [ "$1" = kube-apiserver ] && grace=10
+    component_pid "$1" >/dev/null || true
+    stop_pid "$(component_pidfile "$1")" "$bin" "$1" "$grace"
+}
+
+# listener_on PORT — something listens on 127.0.0.1:PORT (or on every address).
+listener_on() { [ -n "$(ss -Hltn "sport = :$1" 2>/dev/null)" ]; }
+
+# ensure_component NAME — running with our flags and healthy; started (or restarted) otherwise.
+ensure_component() {
+    local name="$1" pid want log port t0
+    component_argv "$name"
+    want="$(printf '%s ' "${ARGV[@]}")"
+    log="$(component_log "$name")"
+    if pid="$(component_pid "$name")"; then
+        if [ "$(pid_cmdline "$pid")" != "$want" ]; then
+            log "$name (pid $pid) runs with other flags than this script gives it; restarting it"
+            stop_component "$name"
+        elif [ "$PKI_CHANGED" = 1 ]; then
+            log "the CA or service-account keys changed; restarting $name (pid $pid)"
+            stop_component "$name"
+        elif wait_for 30 "$name (pid $pid) to answer" component_healthy "$name"; then
+            log "$name already running (pid $pid)"
+            return 0
+        else
+            warn "$name (pid $pid) runs but does not answer; restarting it"
+            stop_component "$name"
+        fi
+    fi
+    for port in $(component_ports "$name"); do
+        listener_on "$port" && die "port $port (for $name) is taken by a process that is not ours: $(ss -Hltnp "sport = :$port" | head -n1)"
+    done
+    [ -x "${ARGV[0]}" ] || die "${ARGV[0]} is missing (hack/cluster.sh build)"
+    t0=$SECONDS
+    mkdir -p "$CLUSTER_RUN" "$LOG_DIR"
+    printf '\n[%s] starting %s\n' "$(date '+%F %T')" "$name" >>"$log"
+    # 9>&-: the daemon must not inherit our lock.
+    start_daemon "$(component_pidfile "$name")" "$log" "${ARGV[@]}" 9>&-
+    pid="$(cat "$(component_pidfile "$name")")"
+    if ! wait_for "$START_DEADLINE" "$name to answer" component_healthy "$name"; then
+        tail -n 20 "$log" >&2 || true
+        if [ -d "/proc/$pid" ]; then
+            die "$name (pid $pid) did not become healthy within ${START_DEADLINE}s; see $log"
+        fi
+        die "$name exited; see $log"
+    fi
+    log "$name started (pid $pid, healthy after $((SECONDS - t0))s; log $log)"
+}
+
+kc() { "$KUBECTL_BIN" --kubeconfig "$CLUSTER_ADMIN_KUBECONFIG" --cache-dir "$KUBECTL_CACHE" "$@"; }
+
+write_cluster_env() {
+    mkdir -p "$CLUSTER_RUN"
+    # Plain KEY=VALUE lines without quotes or comments (like setup.sh's env file).
+    write_file "$CLUSTER_ENV_FILE" <<EOF || true
+CRILET_CLUSTER_KUBECONFIG=$CLUSTER_ADMIN_KUBECONFIG
+CRILET_CLUSTER_SERVER=$CLUSTER_SERVER
+CRILET_KUBECTL=$KUBECTL_BIN
+CRILET_KUBECTL_CACHE_DIR=$KUBECTL_CACHE
+CRILET_CLUSTER_CA=$CA_CRT
+CRILET_CLUSTER_DIR=$CLUSTER_DIR
+CRILET_CLUSTER_NODES_DIR=$CLUSTER_NODES_DIR
+CRILET_CLUSTER_VERSION=$K8S_VERSION
+CRILET_CLUSTER_BIN_DIR=$K8S_BIN_DIR
+CRILET_CLUSTER_SERVICE_CIDR=$SERVICE_CIDR
+CRILET_CLUSTER_ETCD_ENDPOINT=http://127.0.0.1:$CLUSTER_ETCD_CLIENT_PORT
+EOF
+}
+
+# write_file PATH — stdin into PATH if it differs (status 1 when unchanged).
+write_file() {
+    local path="$1" content
+    content="$(cat)"
+    if [ -f "$path" ] && [ "$(cat "$path")" = "$content" ]; then return 1; fi
+    mkdir -p "$(dirname "$path")"
+    printf '%s\n' "$content" >"$path.tmp"
+    mv -f "$path.tmp" "$path"
+}
+
+# ------------------------------------------------------------------------------------------
+# Subcommands
+# ------------------------------------------------------------------------------------------
+lock() {
+    mkdir -p "$CRILET_RUN"
+    exec 9>"$CLUSTER_LOCK"
+    flock -w 1200 9 || die "another hack/cluster.sh holds $CLUSTER_LOCK"
+}
+
+cmd_build() {
+    local cmds=("${K8S_DEFAULT_CMDS[@]}")
+    [ "${1:-}" = kubelet ] && cmds+=(kubelet)
+    build_k8s "${cmds[@]}"
+    ensure_etcd
+    ensure_kubectl
+}
+
+cmd_up() {
+    local t0=$SECONDS name
+    cmd_build
+    ensure_pki
+    if [ "$PKI_CHANGED" = 1 ]; then
+        # Every running component would keep the old CA/keys in memory; data signed or
+        # trusted with the old ones is worthless too.
+        for name in kube-scheduler kube-controller-manager kube-apiserver etcd; do stop_component "$name"; done
+        rm -rf "$CLUSTER_ETCD_DATA"
+        PKI_CHANGED=0
+    fi
+    mkdir -p "$CLUSTER_ETCD_DATA"
+    chmod 0700 "$CLUSTER_ETCD_DATA"
+    for name in "${CLUSTER_COMPONENTS[@]}"; do ensure_component "$name"; done
+    wait_for "$START_DEADLINE" "the default ServiceAccount in namespace default" kc -n default get serviceaccount default ||
+        die "no default ServiceAccount after ${START_DEADLINE}s; see $(component_log kube-controller-manager)"
+    wait_for "$START_DEADLINE" "ConfigMap kube-root-ca.crt in namespace default" kc -n default get configmap kube-root-ca.crt ||
+        die "no kube-root-ca.crt ConfigMap after ${START_DEADLINE}s; see $(component_log kube-controller-manager)"
+    write_cluster_env
+    local pids=""
+    for name in "${CLUSTER_COMPONENTS[@]}"; do pids+="${pids:+, }$name $(component_pid "$name")"; done
+    echo "cluster ready in $((SECONDS - t0))s: Kubernetes $K8S_VERSION at $CLUSTER_SERVER" \
+        "(pids: $pids), admin kubeconfig $CLUSTER_ADMIN_KUBECONFIG, env in $CLUSTER_ENV_FILE"
+}
+
+cmd_down() {
+    local purge=0 name
+    case "${1:-}" in
+        "") ;;
+        --purge) purge=1 ;;
+        *) usage ;;
+    esac
+    for name in kube-scheduler kube-controller-manager kube-apiserver etcd; do stop_component "$name"; done
+    rm -rf "$CLUSTER_RUN" "$CLUSTER_ETCD_DATA" "$KUBECTL_CACHE" "$CLUSTER_DIR/apiserver-certs"
+    if [ "$purge" = 1 ]; then
+        rm -rf "$CLUSTER_DIR"
+        log "cluster stopped; its state ($CLUSTER_DIR) removed (binaries and build caches in $K8S_DIR kept)"
+    else
+        log "cluster stopped; etcd data removed (PKI and kubeconfigs in $CLUSTER_DIR kept)"
+    fi
+}
+
+cmd_node() {
+    local name="${1:-}" dir sans
+    [ -n "$name" ] || usage
+    [[ "$name" =~ ^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$ ]] || die "invalid node name '$name' (lowercase DNS-1123 subdomain)"
+    ensure_pki
+    if [ "$PKI_CHANGED" = 1 ] && component_pid kube-apiserver >/dev/null; then
+        warn "a new CA was made while the cluster runs with the old one: run hack/cluster.sh to restart it"
+    fi
+    dir="$CLUSTER_NODES_DIR/$name"
+    mkdir -p "$dir"
+    issue_cert "$dir/client" "/O=system:nodes/CN=system:node:$name" clientAuth
+    sans="IP:127.0.0.1, DNS:$name"
+    [ "$name" = localhost ] || sans+=", DNS:localhost"
+    issue_cert "$dir/kubelet" "/CN=$name" serverAuth "$sans"
+    write_kubeconfig "$dir/kubeconfig" "system:node:$name" "$dir/client.crt" "$dir/client.key"
+    write_file "$dir/env" <<EOF || true
+CRILET_NODE_NAME=$name
+CRILET_NODE_KUBECONFIG=$dir/kubeconfig
+CRILET_NODE_CLIENT_CERT=$dir/client.crt
+CRILET_NODE_CLIENT_KEY=$dir/client.key
+CRILET_NODE_TLS_CERT=$dir/kubelet.crt
+CRILET_NODE_TLS_KEY=$dir/kubelet.key
+CRILET_CLUSTER_CA=$CA_CRT
+CRILET_CLUSTER_SERVER=$CLUSTER_SERVER
+EOF
+    cat "$dir/env"
+}
+
+cmd_status() {
+    local name pid bad=0 state
+    for name in "${CLUSTER_COMPONENTS[@]}"; do
+        if pid="$(component_pid "$name")"; then
+            if component_healthy "$name"; then state="running (pid $pid), healthy"; else state="running (pid $pid), NOT answering"; bad=1; fi
+        else
+            state="not running"; bad=1
+        fi
+        printf '%-24s %-40s ports %s\n' "$name" "$state" "$(component_ports "$name")"
+    done
+    if [ -f "$CLUSTER_ENV_FILE" ]; then echo "env file: $CLUSTER_ENV_FILE"; else echo "env file: none"; fi
+    return "$bad"
+}
+
+main() {
+    local cmd="${1:-up}"
+    [ $# -eq 0 ] || shift
+    case "$cmd" in
+        -v | --verbose) CRILET_VERBOSE=1; main "$@"; return ;;
+        -h | --help) usage 0 ;;
+    esac
+    require_root
+    case "$cmd" in
+        up) [ $# -eq 0 ] || usage; lock; cmd_up ;;
+        down) [ $# -le 1 ] || usage; lock; cmd_down "$@" ;;
+        node) [ $# -eq 1 ] || usage; lock; cmd_node "$1" ;;
+        build)
+            [ $# -eq 0 ] || { [ $# -eq 1 ] && [ "$1" = kubelet ]; } || usage
+            lock; cmd_build "$@" ;;
+        status) [ $# -eq 0 ] || usage; cmd_status ;;
+        *) echo "unknown command: $cmd" >&2; usage ;;
+    esac
+}
+
+main "$@"

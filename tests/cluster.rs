@@ -1,0 +1,538 @@
+//! Cluster mode against the real control plane of `hack/cluster.sh` (kube-apiserver,
+//! controller-manager and scheduler v1.36, Node,RBAC authorization, NodeRestriction and
+//! ServiceAccount admission) and containerd: crilet joins as a node with its own
+//! `system:node:<name>` identity; everything is driven and observed through kubectl as the
+//! admin, and through CRI.
+
+mod common;
+
+use std::time::Duration;
+
+use common::cluster::{Node, api_condition};
+use common::wait_for;
+use serde_json::Value;
+
+fn render(node: &Node, yaml: &str) -> String {
+    node.agent.env.render(yaml).replace("${NODE}", &node.name)
+}
+
+fn phase(p: &Value) -> &str {
+    p["status"]["phase"].as_str().unwrap_or("")
+}
+
+fn api_cstatus<'a>(p: &'a Value, name: &str) -> Option<&'a Value> {
+    ["containerStatuses", "initContainerStatuses"]
+        .iter()
+        .filter_map(|k| p["status"][k].as_array())
+        .flatten()
+        .find(|c| c["name"] == name)
+}
+
+#[tokio::test]
+async fn node_registers_goes_ready_and_renews_its_lease() {
+    let node = Node::start("node_ready", 10261, &[]).await;
+    let n = node.wait_ready().await;
+    let labels = &n["metadata"]["labels"];
+    assert_eq!(labels["kubernetes.io/os"], "linux");
+    assert!(labels["kubernetes.io/arch"].is_string() && labels["kubernetes.io/hostname"].is_string());
+    assert_eq!(labels["crilet.io/test"], node.name.as_str(), "--node-labels");
+    let status = &n["status"];
+    assert_eq!(status["capacity"]["pods"], "110");
+    for k in ["cpu", "memory", "ephemeral-storage"] {
+        assert!(status["capacity"][k].is_string() && status["allocatable"][k].is_string(), "{k}: {status}");
+    }
+    let runtime = status["nodeInfo"]["containerRuntimeVersion"].as_str().unwrap_or("");
+    assert!(runtime.starts_with("containerd://2."), "containerRuntimeVersion {runtime}");
+    assert_eq!(status["nodeInfo"]["kubeletVersion"], "v1.36.3");
+    assert!(!status["nodeInfo"]["bootID"].as_str().unwrap_or("").is_empty());
+    let addresses = status["addresses"].as_array().expect("addresses");
+    assert!(
+        addresses.iter().any(|a| a["type"] == "InternalIP" && a["address"] == "127.0.0.1"),
+        "{addresses:?}"
+    );
+    assert_eq!(status["daemonEndpoints"]["kubeletEndpoint"]["Port"], 10261);
+    let types: Vec<&str> =
+        status["conditions"].as_array().unwrap().iter().filter_map(|c| c["type"].as_str()).collect();
+    for t in ["Ready", "MemoryPressure", "DiskPressure", "PIDPressure"] {
+        assert!(types.contains(&t), "{t} in {types:?}");
+    }
+    let ready = status["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Ready").unwrap();
+    assert_eq!(ready["reason"], "KubeletReady");
+
+    // The controller-manager's node lifecycle controller lifts the not-ready taint.
+    wait_for("the not-ready taint to be removed", Duration::from_secs(60), || async {
+        let n = node.cluster.get_json(&["node", &node.name])?;
+        let tainted = n["spec"]["taints"]
+            .as_array()
+            .is_some_and(|t| t.iter().any(|t| t["key"] == "node.kubernetes.io/not-ready"));
+        (!tainted).then_some(())
+    })
+    .await;
+
+    let lease =
+        node.cluster.get_json(&["lease", "-n", "kube-node-lease", &node.name]).expect("the node's Lease");
+    assert_eq!(lease["spec"]["holderIdentity"], node.name.as_str());
+    assert_eq!(lease["spec"]["leaseDurationSeconds"], 40);
+    assert_eq!(lease["metadata"]["ownerReferences"][0]["kind"], "Node");
+    assert_eq!(lease["metadata"]["ownerReferences"][0]["uid"], n["metadata"]["uid"]);
+    let first = lease["spec"]["renewTime"].as_str().unwrap_or("").to_string();
+    wait_for("the Lease to be renewed", Duration::from_secs(25), || async {
+        let l = node.cluster.get_json(&["lease", "-n", "kube-node-lease", &node.name])?;
+        let t = l["spec"]["renewTime"].as_str()?.to_string();
+        (t != first).then_some(())
+    })
+    .await;
+}
+
+const SIMPLE: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: simple
+  labels: {app: simple}
+spec:
+  nodeName: ${NODE}
+  terminationGracePeriodSeconds: 5
+  containers:
+  - name: app
+    image: ${CRILET_IMAGE_BUSYBOX}
+    command: ["sh", "-c", "trap 'echo stopping; exit 0' TERM; echo started; while true; do sleep 0.2; done"]
+    readinessProbe:
+      exec: {command: ["true"]}
+      periodSeconds: 1
+"#;
+
+#[tokio::test]
+async fn api_pod_runs_with_status_matching_cri_and_deletes_cleanly() {
+    let node = Node::start("api_pod", 10262, &[]).await;
+    node.wait_ready().await;
+    node.apply(&render(&node, SIMPLE));
+    let p = node
+        .wait_pod("simple", "Running and Ready", Duration::from_secs(90), |p| {
+            phase(p) == "Running" && api_condition(p, "Ready") == Some("True")
+        })
+        .await;
+    let cs = api_cstatus(&p, "app").expect("container status");
+    assert_eq!(cs["ready"], true);
+    assert_eq!(cs["restartCount"], 0);
+    let id = cs["containerID"].as_str().unwrap_or("").trim_start_matches("containerd://").to_string();
+    assert_eq!(p["status"]["hostIP"], "127.0.0.1");
+    assert_eq!(p["status"]["qosClass"], "BestEffort");
+    assert!(p["status"]["startTime"].is_string());
+    // What CRI shows is what the API shows.
+    let cri = node.agent.env.cri();
+    let uid = p["metadata"]["uid"].as_str().unwrap().to_string();
+    let observed = cri.observe(&uid).await.expect("observe");
+    let c = observed.newest("app").expect("the container in CRI");
+    assert_eq!(c.id, id);
+    assert_eq!(format!("{:?}", c.state), "Running");
+    assert_eq!(observed.pod_ips().first().map(String::as_str), p["status"]["podIP"].as_str());
+    // The kubelet's conditions, and the scheduler's PodScheduled kept.
+    for t in ["PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready", "PodScheduled"] {
+        assert_eq!(api_condition(&p, t), Some("True"), "{t}: {}", p["status"]);
+    }
+
+    // kubectl delete: the container gets SIGTERM, exits, and the object goes.
+    let started = std::time::Instant::now();
+    let (ok, _, err) = node.kubectl(&["delete", "pod", "simple", "--wait=true", "--timeout=30s"]);
+    assert!(ok, "kubectl delete: {err}\n{}", node.agent.log());
+    assert!(
+        started.elapsed() < Duration::from_secs(5) + Duration::from_secs(3),
+        "deleted within its grace: {:?}",
+        started.elapsed()
+    );
+    let left = cri.observe(&uid).await.expect("observe");
+    assert!(left.containers.is_empty() && left.sandboxes.is_empty(), "nothing left in CRI: {left:?}");
+    let log = std::fs::read_dir(&node.agent.logs).map(|d| d.count()).unwrap_or(0);
+    assert_eq!(log, 0, "the pod's log directory is removed");
+}
+
+#[tokio::test]
+async fn deployment_is_scheduled_runs_ready_and_scales_to_zero() {
+    let node = Node::start("deployment", 10263, &[]).await;
+    node.wait_ready().await;
+    let yaml = render(
+        &node,
+        r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  replicas: 3
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      nodeSelector: {crilet.io/test: ${NODE}}
+      terminationGracePeriodSeconds: 2
+      containers:
+      - name: web
+        image: ${CRILET_IMAGE_BUSYBOX}
+        command: ["sh", "-c", "while true; do sleep 1; done"]
+        readinessProbe:
+          exec: {command: ["true"]}
+          periodSeconds: 1
+"#,
+    );
+    node.apply(&yaml);
+    let (ok, out, err) = node.kubectl(&["rollout", "status", "deployment/web", "--timeout=120s"]);
+    assert!(ok, "rollout: {out}{err}\n{}", node.agent.log());
+    let pods = node.cluster.get_json(&["pods", "-n", &node.namespace, "-l", "app=web"]).expect("pods");
+    let items = pods["items"].as_array().expect("items");
+    assert_eq!(items.len(), 3);
+    for p in items {
+        assert_eq!(p["spec"]["nodeName"], node.name.as_str(), "placed by kube-scheduler on the crilet node");
+        assert_eq!(api_condition(p, "Ready"), Some("True"));
+        let vols = p["spec"]["volumes"].as_array().cloned().unwrap_or_default();
+        assert!(
+            vols.iter().any(|v| v["name"].as_str().unwrap_or("").starts_with("kube-api-access-")),
+            "ServiceAccount admission added the projected token volume"
+        );
+    }
+    node.kubectl(&["scale", "deployment/web", "--replicas=0"]);
+    wait_for("every web pod to be gone", Duration::from_secs(60), || async {
+        let pods = node.cluster.get_json(&["pods", "-n", &node.namespace, "-l", "app=web"])?;
+        pods["items"].as_array()?.is_empty().then_some(())
+    })
+    .await;
+    let cri = node.agent.env.cri();
+    let (sandboxes, _) = cri.list_all(Some((crilet::model::keys::MANAGED_BY, "crilet"))).await.expect("list");
+    let prefix = crilet::cluster::pods::api_source_of(&node.name);
+    let ours = sandboxes
+        .iter()
+        .filter(|s| {
+            s.annotations.get(crilet::model::keys::MANIFEST_FILE).is_some_and(|f| f.starts_with(&prefix))
+        })
+        .count();
+    assert_eq!(ours, 0, "no sandbox of the node is left");
+}
+
+#[tokio::test]
+async fn job_with_a_native_sidecar_completes_and_the_sidecar_stops_after_the_app() {
+    let node = Node::start("sidecar_job", 10264, &[]).await;
+    node.wait_ready().await;
+    let yaml = render(
+        &node,
+        r#"
+apiVersion: batch/v1
+kind: Job
+metadata: {name: seed}
+spec:
+  backoffLimit: 0
+  template:
+    spec:
+      nodeSelector: {crilet.io/test: ${NODE}}
+      restartPolicy: Never
+      terminationGracePeriodSeconds: 5
+      initContainers:
+      - name: proxy
+        image: ${CRILET_IMAGE_BUSYBOX}
+        restartPolicy: Always
+        command: ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 0.2; done"]
+      containers:
+      - name: app
+        image: ${CRILET_IMAGE_BUSYBOX}
+        command: ["sh", "-c", "echo working; sleep 2; echo done"]
+"#,
+    );
+    node.apply(&yaml);
+    let (ok, out, err) = node.kubectl(&["wait", "--for=condition=complete", "job/seed", "--timeout=120s"]);
+    assert!(ok, "job complete: {out}{err}\n{}", node.agent.log());
+    let pods = node.cluster.get_json(&["pods", "-n", &node.namespace, "-l", "job-name=seed"]).expect("pods");
+    let p = &pods["items"][0];
+    assert_eq!(phase(p), "Succeeded", "{}", p["status"]);
+    let app = api_cstatus(p, "app").expect("app status");
+    let proxy = api_cstatus(p, "proxy").expect("sidecar status");
+    let app_end = app["state"]["terminated"]["finishedAt"].as_str().expect("app terminated").to_string();
+    let proxy_end =
+        proxy["state"]["terminated"]["finishedAt"].as_str().expect("sidecar terminated").to_string();
+    assert_eq!(app["state"]["terminated"]["exitCode"], 0);
+    assert!(proxy_end >= app_end, "the sidecar stopped after the app: {proxy_end} vs {app_end}");
+}
+
+#[tokio::test]
+async fn admission_refuses_what_does_not_fit_with_the_kubelets_reasons() {
+    let node = Node::start("admission", 10265, &["--max-pods", "1"]).await;
+    node.wait_ready().await;
+    let pod = |name: &str, extra: &str| {
+        render(
+            &node,
+            &format!(
+                "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  nodeName: ${{NODE}}\n{extra}  containers:\n  - name: c\n    image: ${{CRILET_IMAGE_BUSYBOX}}\n    command: [sleep, '3600']\n"
+            ),
+        )
+    };
+    node.apply(&pod("first", ""));
+    node.wait_pod("first", "Running", Duration::from_secs(60), |p| phase(p) == "Running").await;
+    node.apply(&pod("second", ""));
+    let p = node.wait_pod("second", "Failed", Duration::from_secs(30), |p| phase(p) == "Failed").await;
+    assert_eq!(p["status"]["reason"], "OutOfpods", "{}", p["status"]);
+    assert!(p["status"]["message"].as_str().unwrap_or("").contains("pods"), "{}", p["status"]);
+    node.apply(&pod("elsewhere", "  nodeSelector: {zone: nowhere}\n"));
+    let p = node.wait_pod("elsewhere", "Failed", Duration::from_secs(30), |p| phase(p) == "Failed").await;
+    assert_eq!(p["status"]["reason"], "NodeAffinity", "{}", p["status"]);
+    node.apply(&pod("claims", "  volumes:\n  - name: data\n    persistentVolumeClaim: {claimName: data}\n"));
+    let p = node.wait_pod("claims", "Failed", Duration::from_secs(30), |p| phase(p) == "Failed").await;
+    assert_eq!(p["status"]["reason"], "UnsupportedPodSpec");
+    assert!(
+        p["status"]["message"].as_str().unwrap_or("").contains("persistentVolumeClaim"),
+        "{}",
+        p["status"]
+    );
+    // The first pod was never disturbed.
+    let first = node.api_pod("first").expect("first");
+    assert_eq!(phase(&first), "Running");
+    assert_eq!(api_cstatus(&first, "c").unwrap()["restartCount"], 0);
+}
+
+#[tokio::test]
+async fn restarted_agent_adopts_its_api_pods_without_restarting_them() {
+    let mut node = Node::start("adoption", 10266, &[]).await;
+    node.wait_ready().await;
+    node.apply(&render(&node, SIMPLE));
+    let before = node
+        .wait_pod("simple", "Running and Ready", Duration::from_secs(90), |p| {
+            api_condition(p, "Ready") == Some("True")
+        })
+        .await;
+    let id = api_cstatus(&before, "app").unwrap()["containerID"].clone();
+    node.agent.kill();
+    node.agent.spawn();
+    // The new agent's status write lands (its own heartbeat moves) and nothing restarted.
+    wait_for("the restarted agent to renew the Lease", Duration::from_secs(30), || async {
+        let l = node.cluster.get_json(&["lease", "-n", "kube-node-lease", &node.name])?;
+        let renewed = l["spec"]["renewTime"].as_str()? > before["status"]["startTime"].as_str()?;
+        renewed.then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after = node.api_pod("simple").expect("pod");
+    let cs = api_cstatus(&after, "app").unwrap();
+    assert_eq!(cs["containerID"], id, "same container\n{}", node.agent.log());
+    assert_eq!(cs["restartCount"], 0);
+    assert_eq!(api_condition(&after, "Ready"), Some("True"), "readiness kept across the restart");
+    assert_eq!(after["metadata"]["uid"], before["metadata"]["uid"]);
+}
+
+/// Runs `cmd` in the pod's container `c` through CRI; its output.
+async fn exec(node: &Node, p: &Value, c: &str, cmd: &[&str]) -> (i32, String) {
+    let id = api_cstatus(p, c)
+        .and_then(|s| s["containerID"].as_str())
+        .unwrap_or("")
+        .trim_start_matches("containerd://")
+        .to_string();
+    let cri = node.agent.env.cri();
+    let (code, out) = cri
+        .exec_sync(&id, cmd.iter().map(|s| s.to_string()).collect(), Duration::from_secs(10))
+        .await
+        .expect("exec");
+    (code, String::from_utf8_lossy(&out).to_string())
+}
+
+#[tokio::test]
+async fn static_pods_get_mirror_pods_that_come_back_when_deleted() {
+    let node = Node::start("mirror", 10267, &[]).await;
+    node.wait_ready().await;
+    let manifest = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: static-web, namespace: {}}}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - name: web\n    image: ${{CRILET_IMAGE_BUSYBOX}}\n    command: [sleep, '3600']\n",
+        node.namespace
+    );
+    node.agent.write_manifest("static.yaml", &manifest);
+    let m = node
+        .wait_pod("static-web", "mirror pod Running", Duration::from_secs(60), |p| phase(p) == "Running")
+        .await;
+    let ann = &m["metadata"]["annotations"];
+    assert_eq!(ann["kubernetes.io/config.source"], "file");
+    assert!(ann["kubernetes.io/config.mirror"].is_string());
+    let owner = &m["metadata"]["ownerReferences"][0];
+    assert_eq!((owner["kind"].as_str(), owner["name"].as_str()), (Some("Node"), Some(node.name.as_str())));
+    assert_eq!(m["spec"]["nodeName"], node.name.as_str());
+    let id = api_cstatus(&m, "web").expect("status on the mirror")["containerID"].clone();
+    assert!(id.is_string(), "the static pod's status is on its mirror: {}", m["status"]);
+
+    // Deleted by someone: a new mirror pod comes, the static pod runs on.
+    let old_uid = m["metadata"]["uid"].clone();
+    node.kubectl(&["delete", "pod", "static-web", "--wait=false"]);
+    let again = node
+        .wait_pod("static-web", "a new mirror pod", Duration::from_secs(60), |p| {
+            p["metadata"]["uid"] != old_uid && api_cstatus(p, "web").is_some()
+        })
+        .await;
+    assert_eq!(api_cstatus(&again, "web").unwrap()["containerID"], id, "the static pod was not restarted");
+    assert_eq!(api_cstatus(&again, "web").unwrap()["restartCount"], 0);
+
+    // The manifest goes: so does the mirror pod.
+    node.agent.remove_manifest("static.yaml");
+    wait_for("the mirror pod to be deleted", Duration::from_secs(60), || async {
+        node.api_pod("static-web").is_none().then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn configmap_secret_and_token_volumes_and_env_are_served_and_updated() {
+    let node = Node::start("volumes", 10268, &["--sync-frequency", "2s"]).await;
+    node.wait_ready().await;
+    node.apply(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: app-config}\ndata: {greeting: hello, mode: fast}\n---\napiVersion: v1\nkind: Secret\nmetadata: {name: app-secret}\nstringData: {password: s3cret}\n",
+    );
+    node.apply(&render(
+        &node,
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: vols, labels: {tier: back}}
+spec:
+  nodeName: ${NODE}
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: app
+    image: ${CRILET_IMAGE_BUSYBOX}
+    command: [sleep, '3600']
+    env:
+    - name: GREETING
+      valueFrom: {configMapKeyRef: {name: app-config, key: greeting}}
+    - name: PASSWORD
+      valueFrom: {secretKeyRef: {name: app-secret, key: password}}
+    envFrom:
+    - prefix: CFG_
+      configMapRef: {name: app-config}
+    volumeMounts:
+    - {name: cfg, mountPath: /cfg}
+    - {name: sec, mountPath: /sec}
+    - {name: info, mountPath: /info}
+  volumes:
+  - name: cfg
+    configMap: {name: app-config, items: [{key: greeting, path: sub/greeting.txt}]}
+  - name: sec
+    secret: {secretName: app-secret, defaultMode: 0400}
+  - name: info
+    downwardAPI: {items: [{path: labels, fieldRef: {fieldPath: metadata.labels}}]}
+"#,
+    ));
+    let p = node
+        .wait_pod("vols", "Running", Duration::from_secs(60), |p| {
+            api_cstatus(p, "app").is_some_and(|c| c["state"]["running"].is_object())
+        })
+        .await;
+    let cat = |path: &'static str| {
+        let p = p.clone();
+        let node = &node;
+        async move { exec(node, &p, "app", &["cat", path]).await }
+    };
+    assert_eq!(cat("/cfg/sub/greeting.txt").await, (0, "hello".to_string()));
+    assert_eq!(cat("/sec/password").await, (0, "s3cret".to_string()));
+    assert_eq!(cat("/info/labels").await, (0, "tier=\"back\"".to_string()));
+    let (_, env) = exec(&node, &p, "app", &["env"]).await;
+    for want in ["GREETING=hello", "PASSWORD=s3cret", "CFG_greeting=hello", "CFG_mode=fast"] {
+        assert!(env.lines().any(|l| l == want), "{want} in env:\n{env}");
+    }
+    let (_, ls) = exec(&node, &p, "app", &["ls", "-la", "/sec/"]).await;
+    assert!(ls.contains("..data"), "the atomic writer's ..data link: {ls}");
+
+    // The ServiceAccount admission plugin's projected volume: token, CA, namespace.
+    let sa = "/var/run/secrets/kubernetes.io/serviceaccount";
+    let (code, ns) = exec(&node, &p, "app", &["cat", &format!("{sa}/namespace")]).await;
+    assert_eq!((code, ns.as_str()), (0, node.namespace.as_str()));
+    let (code, ca) = exec(&node, &p, "app", &["cat", &format!("{sa}/ca.crt")]).await;
+    assert_eq!(code, 0);
+    let cluster_ca = std::fs::read_to_string(node.cluster.get("CRILET_CLUSTER_CA")).expect("CA");
+    assert_eq!(ca.trim(), cluster_ca.trim(), "kube-root-ca.crt is the cluster CA");
+    let (code, token) = exec(&node, &p, "app", &["cat", &format!("{sa}/token")]).await;
+    assert_eq!(code, 0);
+    // The token authenticates to the API server as the pod's service account.
+    let review = format!(
+        r#"{{"apiVersion":"authentication.k8s.io/v1","kind":"TokenReview","spec":{{"token":"{}"}}}}"#,
+        token.trim()
+    );
+    let (ok, out, err) = node.cluster.kubectl_in(&["create", "-o", "json", "-f", "-"], Some(&review));
+    assert!(ok, "TokenReview: {err}");
+    let r: Value = serde_json::from_str(&out).expect("TokenReview JSON");
+    assert_eq!(r["status"]["authenticated"], true, "{out}");
+    assert_eq!(
+        r["status"]["user"]["username"],
+        format!("system:serviceaccount:{}:default", node.namespace).as_str()
+    );
+
+    // Updates reach the running pod, in place.
+    node.kubectl(&["patch", "configmap", "app-config", "-p", r#"{"data":{"greeting":"bonjour"}}"#]);
+    wait_for("the ConfigMap update in the volume", Duration::from_secs(60), || async {
+        (exec(&node, &p, "app", &["cat", "/cfg/sub/greeting.txt"]).await.1 == "bonjour").then_some(())
+    })
+    .await;
+    node.kubectl(&["label", "pod", "vols", "tier=front", "--overwrite"]);
+    wait_for("the label update in the downward API volume", Duration::from_secs(60), || async {
+        (exec(&node, &p, "app", &["cat", "/info/labels"]).await.1 == "tier=\"front\"").then_some(())
+    })
+    .await;
+    let now = node.api_pod("vols").expect("pod");
+    assert_eq!(api_cstatus(&now, "app").unwrap()["restartCount"], 0, "updated without a restart");
+}
+
+#[tokio::test]
+async fn kubectl_logs_reaches_the_kubelet_api_plain_follow_and_previous() {
+    let node = Node::start("logs", 10269, &[]).await;
+    node.wait_ready().await;
+    node.apply(&render(
+        &node,
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: talker}
+spec:
+  nodeName: ${NODE}
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: ticker
+    image: ${CRILET_IMAGE_BUSYBOX}
+    command: ["sh", "-c", "i=0; while true; do i=$((i+1)); echo tick $i; sleep 0.3; done"]
+  - name: crasher
+    image: ${CRILET_IMAGE_BUSYBOX}
+    command: ["sh", "-c", "echo run-$(cat /proc/sys/kernel/random/uuid); sleep 4; exit 1"]
+"#,
+    ));
+    node.wait_pod("talker", "ticker running", Duration::from_secs(60), |p| {
+        api_cstatus(p, "ticker").is_some_and(|c| c["state"]["running"].is_object())
+    })
+    .await;
+    let logs = wait_for("kubectl logs to show ticks", Duration::from_secs(30), || async {
+        let (ok, out, err) = node.kubectl(&["logs", "talker", "-c", "ticker", "--tail=3"]);
+        if !ok {
+            eprintln!("kubectl logs: {err}");
+        }
+        (ok && out.lines().count() == 3).then_some(out)
+    })
+    .await;
+    assert!(logs.lines().all(|l| l.starts_with("tick ")), "{logs}");
+    let (ok, out, _) = node.kubectl(&["logs", "talker", "-c", "ticker", "--timestamps", "--tail=1"]);
+    assert!(
+        ok && out.split_whitespace().next().is_some_and(|t| t.contains('T') && t.ends_with('Z')),
+        "{out}"
+    );
+
+    // -f streams lines written after it started.
+    let kubectl = node.cluster.get("CRILET_KUBECTL");
+    let out = std::process::Command::new("timeout")
+        .args(["3", &kubectl, "--kubeconfig", &node.cluster.get("CRILET_CLUSTER_KUBECONFIG")])
+        .args(["--cache-dir", &node.cluster.get("CRILET_KUBECTL_CACHE_DIR")])
+        .args(["-n", &node.namespace, "logs", "-f", "--tail=1", "talker", "-c", "ticker"])
+        .output()
+        .expect("kubectl logs -f");
+    let followed = String::from_utf8_lossy(&out.stdout);
+    assert!(followed.lines().count() >= 4, "follow streamed new lines:\n{followed}");
+
+    // --previous: the instance before the running one.
+    node.wait_pod("talker", "crasher restarted and running", Duration::from_secs(60), |p| {
+        api_cstatus(p, "crasher")
+            .is_some_and(|c| c["restartCount"].as_i64() >= Some(1) && c["state"]["running"].is_object())
+    })
+    .await;
+    let (ok, prev, err) = node.kubectl(&["logs", "talker", "-c", "crasher", "--previous"]);
+    assert!(ok, "logs --previous: {err}");
+    let (ok, cur, _) = node.kubectl(&["logs", "talker", "-c", "crasher"]);
+    assert!(ok);
+    assert!(prev.starts_with("run-") && cur.starts_with("run-"), "{prev} / {cur}");
+    assert_ne!(prev, cur, "--previous shows the earlier instance");
+    let (ok, _, err) = node.kubectl(&["logs", "talker", "-c", "nope"]);
+    assert!(!ok && !err.is_empty(), "an unknown container is an error");
+}

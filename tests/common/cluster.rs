@@ -1,0 +1,270 @@
+//! Harness for the cluster-mode tests: the real control plane `hack/cluster.sh` started (its env
+//! file), kubectl with the admin identity, and one crilet node per test (its own node name,
+//! identity, namespace and kubelet-API port) joined to it.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::{Agent, wait_for};
+
+const CLUSTER_ENV: &str = "/run/crilet-dev/cluster/env";
+
+/// The control plane, as the admin sees it.
+pub struct Cluster {
+    pub vars: HashMap<String, String>,
+}
+
+fn read_env(path: &str) -> HashMap<String, String> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| {
+        panic!(
+            "{path} is missing ({e}): run `hack/cluster.sh` first (or the whole suite with `hack/test.sh`)"
+        )
+    });
+    text.lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().trim_matches('"').to_string()))
+        .collect()
+}
+
+impl Cluster {
+    pub fn load() -> Cluster {
+        Cluster { vars: read_env(CLUSTER_ENV) }
+    }
+
+    pub fn get(&self, k: &str) -> String {
+        self.vars.get(k).cloned().unwrap_or_else(|| panic!("{k} missing from {CLUSTER_ENV}"))
+    }
+
+    /// Runs kubectl as the admin, with `stdin` if given: (ok, stdout, stderr).
+    pub fn kubectl_in(&self, args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
+        let mut cmd = Command::new(self.get("CRILET_KUBECTL"));
+        cmd.arg("--kubeconfig")
+            .arg(self.get("CRILET_CLUSTER_KUBECONFIG"))
+            .arg("--cache-dir")
+            .arg(self.get("CRILET_KUBECTL_CACHE_DIR"))
+            .args(args)
+            .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("run kubectl");
+        if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
+            pipe.write_all(text.as_bytes()).expect("kubectl stdin");
+        }
+        let out = child.wait_with_output().expect("kubectl output");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    }
+
+    pub fn kubectl(&self, args: &[&str]) -> (bool, String, String) {
+        self.kubectl_in(args, None)
+    }
+
+    /// kubectl that must succeed; its stdout.
+    pub fn kubectl_ok(&self, args: &[&str]) -> String {
+        let (ok, out, err) = self.kubectl(args);
+        assert!(ok, "kubectl {args:?} failed: {err}{out}");
+        out
+    }
+
+    /// `kubectl apply -f -` with `yaml`, which must succeed.
+    pub fn apply(&self, yaml: &str) {
+        let (ok, out, err) = self.kubectl_in(&["apply", "-f", "-"], Some(yaml));
+        assert!(ok, "kubectl apply failed: {err}{out}\n{yaml}");
+    }
+
+    /// `kubectl create -f -` with `yaml`, which must succeed.
+    pub fn create(&self, yaml: &str) {
+        let (ok, out, err) = self.kubectl_in(&["create", "-f", "-"], Some(yaml));
+        assert!(ok, "kubectl create failed: {err}{out}\n{yaml}");
+    }
+
+    /// `kubectl get ARGS -o json`, or None when it fails (not found).
+    pub fn get_json(&self, args: &[&str]) -> Option<Value> {
+        let mut a: Vec<&str> = vec!["get"];
+        a.extend_from_slice(args);
+        a.extend_from_slice(&["-o", "json"]);
+        let (ok, out, _) = self.kubectl(&a);
+        if !ok {
+            return None;
+        }
+        serde_json::from_str(&out).ok()
+    }
+
+    /// Writes node `name`'s identity with `hack/cluster.sh node` and returns its env.
+    pub fn node_identity(&self, name: &str) -> HashMap<String, String> {
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("hack/cluster.sh");
+        let out =
+            Command::new("bash").arg(script).args(["node", name]).output().expect("hack/cluster.sh node");
+        assert!(
+            out.status.success(),
+            "hack/cluster.sh node {name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        read_env(&format!("{}/{name}/env", self.get("CRILET_CLUSTER_NODES_DIR")))
+    }
+}
+
+/// One crilet node of the cluster and the namespace its test uses.
+pub struct Node {
+    pub agent: Agent,
+    pub cluster: Cluster,
+    pub name: String,
+    pub namespace: String,
+    pub port: u16,
+    pub identity: HashMap<String, String>,
+}
+
+impl Node {
+    /// Joins a fresh crilet node `crilet-<test>` (kubelet API on `port`), with a namespace of the
+    /// same name; an earlier run's Node and namespace are deleted first.
+    pub async fn start(test: &str, port: u16, extra: &[&str]) -> Node {
+        let cluster = Cluster::load();
+        let name = format!("crilet-{}", test.replace('_', "-"));
+        // What an earlier run left: its containers (no agent will stop them), its pods (force:
+        // no node confirms them), its Node. Every run gets a namespace of its own.
+        remove_api_pods_of(&name).await;
+        let _ = cluster.kubectl(&[
+            "delete",
+            "pods",
+            "-A",
+            "--field-selector",
+            &format!("spec.nodeName={name}"),
+            "--force",
+            "--grace-period=0",
+        ]);
+        let _ = cluster.kubectl(&["delete", "node", &name, "--wait=true"]);
+        let namespace = format!("{name}-{:04x}", fastrand::u16(..));
+        cluster.kubectl_ok(&["create", "namespace", &namespace]);
+        let identity = cluster.node_identity(&name);
+        let port_s = port.to_string();
+        let labels = format!("crilet.io/test={name}");
+        let mut args: Vec<&str> = vec![
+            "--kubeconfig",
+            &identity["CRILET_NODE_KUBECONFIG"],
+            "--node-ip",
+            "127.0.0.1",
+            "--port",
+            &port_s,
+            "--tls-cert-file",
+            &identity["CRILET_NODE_TLS_CERT"],
+            "--tls-private-key-file",
+            &identity["CRILET_NODE_TLS_KEY"],
+            "--client-ca-file",
+            &identity["CRILET_CLUSTER_CA"],
+            "--node-labels",
+            &labels,
+            "--node-name",
+            &name,
+        ];
+        args.extend_from_slice(extra);
+        let agent = Agent::start_with_args(test, &args, &[]).await;
+        Node { agent, cluster, name, namespace, port, identity }
+    }
+
+    /// Waits until the Node is Ready in the API and the node lifecycle controller has lifted
+    /// its not-ready taint (so kube-scheduler places pods on it).
+    pub async fn wait_ready(&self) -> Value {
+        wait_for("the Node to be Ready and untainted", Duration::from_secs(90), || async {
+            let n = self.cluster.get_json(&["node", &self.name])?;
+            let ready = n["status"]["conditions"]
+                .as_array()?
+                .iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True");
+            let tainted = n["spec"]["taints"]
+                .as_array()
+                .is_some_and(|t| t.iter().any(|t| t["key"] == "node.kubernetes.io/not-ready"));
+            (ready && !tainted).then_some(n)
+        })
+        .await
+    }
+
+    /// The pod `name` of the test's namespace, as the API shows it.
+    pub fn api_pod(&self, name: &str) -> Option<Value> {
+        self.cluster.get_json(&["pod", "-n", &self.namespace, name])
+    }
+
+    /// kubectl in the test's namespace.
+    pub fn kubectl(&self, args: &[&str]) -> (bool, String, String) {
+        let mut a: Vec<&str> = vec!["-n", &self.namespace];
+        a.extend_from_slice(args);
+        self.cluster.kubectl(&a)
+    }
+
+    /// `kubectl apply` in the test's namespace.
+    pub fn apply(&self, yaml: &str) {
+        let (ok, out, err) =
+            self.cluster.kubectl_in(&["-n", &self.namespace, "apply", "-f", "-"], Some(yaml));
+        assert!(ok, "kubectl apply failed: {err}{out}\n{yaml}\nagent log:\n{}", self.agent.log());
+    }
+
+    /// Waits until the API pod `name` satisfies `pred` (`what` names the wait).
+    pub async fn wait_pod(
+        &self,
+        name: &str,
+        what: &str,
+        limit: Duration,
+        pred: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let what = format!("pod {name}: {what}");
+        wait_for(&what, limit, || async {
+            let p = self.api_pod(name)?;
+            pred(&p).then_some(p)
+        })
+        .await
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.agent.stop();
+        // No agent stops them now: remove the node's containers, then its API objects.
+        let node = self.name.clone();
+        let _ = std::thread::spawn(move || {
+            if let Ok(rt) = tokio::runtime::Runtime::new() {
+                rt.block_on(remove_api_pods_of(&node));
+            }
+        })
+        .join();
+        let selector = format!("spec.nodeName={}", self.name);
+        let _ = self.cluster.kubectl(&[
+            "delete",
+            "pods",
+            "-A",
+            "--field-selector",
+            &selector,
+            "--force",
+            "--grace-period=0",
+        ]);
+        let _ = self.cluster.kubectl(&["delete", "namespace", &self.namespace, "--wait=false"]);
+        let _ = self.cluster.kubectl(&["delete", "node", &self.name, "--wait=false"]);
+    }
+}
+
+/// Stops and removes every sandbox of node `node`'s API pods, through containerd itself.
+pub async fn remove_api_pods_of(node: &str) {
+    let prefix = crilet::cluster::pods::api_source_of(node);
+    let cri = super::Env::load().cri();
+    let Ok((sandboxes, _)) = cri.list_all(Some((crilet::model::keys::MANAGED_BY, "crilet"))).await else {
+        return;
+    };
+    for sb in sandboxes {
+        let file = sb.annotations.get(crilet::model::keys::MANIFEST_FILE).cloned().unwrap_or_default();
+        if file.starts_with(&prefix) {
+            let _ = cri.stop_sandbox(&sb.id).await;
+            let _ = cri.remove_sandbox(&sb.id).await;
+        }
+    }
+}
+
+/// The API pod's condition `t`'s status.
+pub fn api_condition<'a>(p: &'a Value, t: &str) -> Option<&'a str> {
+    p["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == t)?["status"].as_str()
+}
