@@ -11,7 +11,8 @@
 # and waits up to 120 s until `crilet get pods` shows every pod Running and Ready (else it says
 # which pod is not, and why).
 # Then: edit files in the manifest dir to see updates; stop everything with hack/teardown.sh.
-# Env: CRILET_BIN=path uses that binary and skips the build; DEMO_TIMEOUT=seconds (120).
+# Env: CRILET_BIN=path uses that binary and skips the build; DEMO_TIMEOUT=seconds (120);
+# DEMO_EXTRA_FLAGS more `crilet run` flags (hack/cluster-demo.sh passes the cluster ones).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
@@ -94,6 +95,10 @@ CRILET_FLAGS=(
     --control-socket "$CRILET_SOCK"
     --metrics-bind-address "$METRICS_ADDRESS"
 )
+# hack/cluster-demo.sh joins this same agent to its control plane (--kubeconfig and the node
+# flags, space-separated; paths without spaces).
+# shellcheck disable=SC2206  # word splitting is the point
+[ -z "${DEMO_EXTRA_FLAGS:-}" ] || CRILET_FLAGS+=($DEMO_EXTRA_FLAGS)
 "$BIN" preflight "${CRILET_FLAGS[@]}" || die "crilet preflight failed: fix the FAIL lines above, then rerun"
 start_daemon "$CRILET_PIDFILE" "$CRILET_LOG" "$BIN" run "${CRILET_FLAGS[@]}"
 PID="$(cat "$CRILET_PIDFILE")"

@@ -536,3 +536,53 @@ spec:
     let (ok, _, err) = node.kubectl(&["logs", "talker", "-c", "nope"]);
     assert!(!ok && !err.is_empty(), "an unknown container is an error");
 }
+
+#[tokio::test]
+async fn a_second_delete_with_a_shorter_grace_brings_the_deadline_forward() {
+    let node = Node::start("regrace", 10272, &[]).await;
+    node.wait_ready().await;
+    node.apply(&render(
+        &node,
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: stubborn}
+spec:
+  nodeName: ${NODE}
+  terminationGracePeriodSeconds: 60
+  containers:
+  - name: app
+    image: ${CRILET_IMAGE_BUSYBOX}
+    command: ["sh", "-c", "trap '' TERM; while true; do sleep 0.2; done"]
+"#,
+    ));
+    let p = node.wait_pod("stubborn", "Running", Duration::from_secs(60), |p| phase(p) == "Running").await;
+    let uid = p["metadata"]["uid"].as_str().unwrap().to_string();
+    let (ok, _, err) = node.kubectl(&["delete", "pod", "stubborn", "--wait=false"]);
+    assert!(ok, "{err}");
+    // The first deletion's budget (60 s) is under way: the container ignores SIGTERM.
+    node.wait_pod("stubborn", "deletion seen", Duration::from_secs(10), |p| {
+        p["metadata"]["deletionTimestamp"].is_string()
+    })
+    .await;
+    let cri = node.agent.env.cri();
+    wait_for("the container to get its SIGTERM", Duration::from_secs(10), || async {
+        node.agent.log().contains("stopping container").then_some(())
+    })
+    .await;
+    let again = std::time::Instant::now();
+    let (ok, _, err) = node.kubectl(&["delete", "pod", "stubborn", "--grace-period=2", "--wait=false"]);
+    assert!(ok, "{err}");
+    wait_for("the pod to be gone after the shorter grace", Duration::from_secs(20), || async {
+        node.api_pod("stubborn").is_none().then_some(())
+    })
+    .await;
+    let took = again.elapsed();
+    assert!(
+        took < Duration::from_secs(8),
+        "stopped by the second, shorter deadline: {took:?}\n{}",
+        node.agent.log()
+    );
+    let left = cri.observe(&uid).await.expect("observe");
+    assert!(left.containers.is_empty(), "{left:?}");
+}

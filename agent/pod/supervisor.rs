@@ -137,6 +137,18 @@ impl Supervisor {
                 self.terminate(&key, grace);
             }
         }
+        // A second deletion with a shorter grace period reaches a kill under way.
+        for d in set.deleting.values() {
+            if let Some((_, tx)) = self.terminating.get(&d.uid) {
+                tx.send_if_modified(|cur| match cur {
+                    Desire::Terminate { grace, .. } if *grace != Some(d.grace) => {
+                        *grace = Some(d.grace);
+                        true
+                    }
+                    _ => false,
+                });
+            }
+        }
         if self.api_reaped {
             // Deleted API pods that never ran here (or finished earlier): nothing to stop.
             for (key, d) in &set.deleting {

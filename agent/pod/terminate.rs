@@ -83,6 +83,42 @@ fn kill_time(deadline: Instant) -> Instant {
     deadline.checked_sub(KILL_LEAD).unwrap_or(deadline)
 }
 
+/// A kill's deadline, which a second deletion with a shorter grace period may bring forward
+/// (never push back) while the kill runs.
+#[derive(Clone)]
+pub struct Deadline(watch::Receiver<Instant>);
+
+impl Deadline {
+    /// A deadline that never moves.
+    pub fn fixed(at: Instant) -> Self {
+        Self(watch::channel(at).1)
+    }
+
+    /// A deadline that follows `rx` (each value no later than the one before).
+    pub fn follow(rx: watch::Receiver<Instant>) -> Self {
+        Self(rx)
+    }
+
+    pub fn get(&self) -> Instant {
+        *self.0.borrow()
+    }
+
+    /// Returns at the kill time of the deadline as it stands then (see [`kill_time`]).
+    async fn reached(&mut self) {
+        loop {
+            let at = kill_time(self.get());
+            tokio::select! {
+                _ = tokio::time::sleep_until(at) => return,
+                r = self.0.changed() => if r.is_err() {
+                    // The deadline can no longer move.
+                    tokio::time::sleep_until(at).await;
+                    return;
+                },
+            }
+        }
+    }
+}
+
 /// `StopContainer` with the budget left until `deadline`, and SIGKILL (a second
 /// `StopContainer` with timeout 0, which containerd takes while the first still waits)
 /// [`KILL_LEAD`] before the deadline if the container has not exited by then.
@@ -91,9 +127,9 @@ async fn stop_by_deadline(
     key: &PodKey,
     name: &str,
     id: &str,
-    deadline: Instant,
+    mut deadline: Deadline,
 ) -> Result<(), crate::cri::CriError> {
-    let kill_at = kill_time(deadline);
+    let kill_at = kill_time(deadline.get());
     let left = kill_at.saturating_duration_since(Instant::now());
     let grace = whole_secs_up(left);
     let left_ms = u64::try_from(left.as_millis()).unwrap_or(u64::MAX);
@@ -105,7 +141,7 @@ async fn stop_by_deadline(
     }
     tokio::select! {
         r = &mut stop => return r,
-        _ = tokio::time::sleep_until(kill_at) => {}
+        _ = deadline.reached() => {}
     }
     tracing::debug!(container_id = id, "grace budget spent; SIGKILL");
     let killed = ctx.cri.stop_container(id, Duration::ZERO).await;
@@ -123,7 +159,7 @@ async fn kill_with_deadline(
     key: PodKey,
     spec: Option<Container>,
     observed: ObservedContainer,
-    deadline: Instant,
+    mut deadline: Deadline,
     message: String,
     pod_ip: Option<String>,
     mut wait_for: Vec<watch::Receiver<bool>>,
@@ -135,7 +171,7 @@ async fn kill_with_deadline(
         let c = spec.clone().unwrap_or(fallback);
         let run = run_handler(&ctx.cri, &observed.id, &c, &hook, pod_ip.as_deref());
         let began = Instant::now();
-        let outcome = match tokio::time::timeout_at(kill_time(deadline), run).await {
+        let outcome = match tokio::select! { r = run => Ok(r), _ = deadline.reached() => Err(()) } {
             Ok(Ok(())) => format!("preStop hook finished in {:.1}s", began.elapsed().as_secs_f64()),
             Ok(Err(msg)) => {
                 tracing::warn!(pod = %key, container = %name, error = %msg, "preStop hook failed");
@@ -150,7 +186,10 @@ async fn kill_with_deadline(
         ctx.registry.add_step(&key, Some(&name), Step::now(StepKind::PreStop, &observed.id, outcome));
     }
     for rx in &mut wait_for {
-        let _ = tokio::time::timeout_at(kill_time(deadline), rx.wait_for(|done| *done)).await;
+        tokio::select! {
+            _ = rx.wait_for(|done| *done) => {}
+            _ = deadline.reached() => {}
+        }
     }
     match stop_by_deadline(&ctx, &key, &name, &observed.id, deadline).await {
         Ok(()) => true,
@@ -188,7 +227,7 @@ pub async fn kill_one(
         d.key.clone(),
         Some(spec.clone()),
         observed,
-        Instant::now() + grace,
+        Deadline::fixed(Instant::now() + grace),
         message.to_string(),
         pod_ip.map(str::to_string),
         Vec::new(),
@@ -248,6 +287,23 @@ pub fn begin_kill(pod_dir: &std::path::Path, grace: Duration, now_ns: i64) -> In
     Instant::now() + Duration::from_nanos(left)
 }
 
+/// Brings a saved kill's deadline forward to `deadline_ns` (a shorter second grace period).
+pub fn shorten_kill(pod_dir: &std::path::Path, deadline_ns: i64) {
+    let path = saved_kill_path(pod_dir);
+    let Some(mut kill) = std::fs::read(&path).ok().and_then(|b| serde_json::from_slice::<SavedKill>(&b).ok())
+    else {
+        return;
+    };
+    if deadline_ns >= kill.deadline_ns {
+        return;
+    }
+    kill.deadline_ns = deadline_ns;
+    if let Ok(json) = serde_json::to_vec(&kill) {
+        let tmp = path.with_extension("tmp");
+        let _ = std::fs::write(&tmp, json).and_then(|_| std::fs::rename(&tmp, &path));
+    }
+}
+
 /// The kill is over (or none is under way): forget its deadline.
 pub fn end_kill(pod_dir: &std::path::Path) {
     let _ = std::fs::remove_file(saved_kill_path(pod_dir));
@@ -265,6 +321,21 @@ pub async fn kill_pod(
     observed: &ObservedPod,
     grace: Duration,
     deadline: Instant,
+    reason: &str,
+) -> bool {
+    kill_pod_by(ctx, key, pod, observed, grace, Deadline::fixed(deadline), reason).await
+}
+
+/// [`kill_pod`] with a deadline that may be brought forward while the kill runs (a second
+/// deletion with a shorter grace period, as upstream): hooks, waits and SIGKILLs follow it.
+#[allow(clippy::too_many_arguments)]
+pub async fn kill_pod_by(
+    ctx: &Shared,
+    key: &PodKey,
+    pod: &Arc<Pod>,
+    observed: &ObservedPod,
+    grace: Duration,
+    deadline: Deadline,
     reason: &str,
 ) -> bool {
     let running: Vec<&ObservedContainer> = observed
@@ -298,7 +369,7 @@ pub async fn kill_pod(
             key.clone(),
             find_spec(pod, &c.name).cloned(),
             c.clone(),
-            deadline,
+            deadline.clone(),
             format!("Stopping container {}", c.name),
             pod_ip.clone(),
             waits,
@@ -326,6 +397,7 @@ pub async fn kill_pod(
         }
     }
     // The runtime's own SIGKILL takes a moment; anything beyond that is an overrun worth telling.
+    let deadline = deadline.get();
     let now = Instant::now();
     let over = now.saturating_duration_since(deadline);
     let used = budget_used(grace, deadline.saturating_duration_since(now), over);

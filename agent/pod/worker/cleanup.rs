@@ -1,6 +1,7 @@
 //! Garbage collection of old instances and sandboxes, and the pod's termination and removal.
 
 use super::*;
+use crate::pod::terminate::{Deadline, kill_pod_by};
 
 impl Worker {
     /// R12.5 / R4.10: keep only the newest exited instance of each container, and remove dead
@@ -42,6 +43,7 @@ impl Worker {
         &mut self,
         remove: bool,
         grace: Option<Duration>,
+        desire: &mut watch::Receiver<Desire>,
         cancel: &CancellationToken,
     ) -> bool {
         let ctx = self.ctx.clone();
@@ -61,8 +63,41 @@ impl Worker {
         self.publish(&observed, true, &probe_states);
         let grace = grace.unwrap_or_else(|| termination_grace(&self.desired.pod));
         let deadline = self.begin_kill(grace);
+        // A second deletion with a shorter grace period brings the deadline forward while the
+        // kill runs (as upstream); a longer one changes nothing.
+        let (deadline_tx, deadline_rx) = watch::channel(deadline);
+        let pod = self.desired.pod.clone();
+        let kill =
+            kill_pod_by(&ctx, &key, &pod, &observed, grace, Deadline::follow(deadline_rx), "pod deleted");
+        tokio::pin!(kill);
+        let mut closed = false;
+        let stopped = loop {
+            tokio::select! {
+                ok = &mut kill => break ok,
+                r = desire.changed(), if !closed => {
+                    if r.is_err() {
+                        closed = true;
+                        continue;
+                    }
+                    let shorter = match &*desire.borrow_and_update() {
+                        Desire::Terminate { grace: Some(g), .. } => Some(*g),
+                        _ => None,
+                    };
+                    let Some(g) = shorter else { continue };
+                    let new = tokio::time::Instant::now() + g;
+                    if new < *deadline_tx.borrow() {
+                        info!(grace_s = g.as_secs_f64(), "deleted again with a shorter grace period; the deadline moves forward");
+                        let _ = deadline_tx.send(new);
+                        crate::pod::terminate::shorten_kill(
+                            &pod_dir(&ctx.node, &self.desired.uid),
+                            now_ns().saturating_add(i64::try_from(g.as_nanos()).unwrap_or(i64::MAX)),
+                        );
+                    }
+                }
+            }
+        };
         // A stop that failed (the runtime is down) is retried within the same deadline.
-        if !kill_pod(&ctx, &key, &self.desired.pod, &observed, grace, deadline, "pod deleted").await {
+        if !stopped {
             return false;
         }
         self.end_kill();

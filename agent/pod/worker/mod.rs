@@ -151,7 +151,7 @@ pub async fn run_worker(
             let mut next = Some(tokio::time::Instant::now() + RESYNC);
             match want {
                 Desire::Terminate { remove, grace } => {
-                    if w.terminate(remove, grace, &cancel).await {
+                    if w.terminate(remove, grace, &mut desire, &cancel).await {
                         info!("pod terminated");
                         let names: Vec<String> =
                             all_containers(&w.desired.pod).into_iter().map(|(c, _)| c.name).collect();
