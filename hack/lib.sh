@@ -81,6 +81,9 @@ PORTMAP_CHAINS=(CNI-HOSTPORT-DNAT CNI-HOSTPORT-SETMARK CNI-HOSTPORT-MASQ)
 # --- registry ----------------------------------------------------------------------------
 REGISTRY_LISTEN=127.0.0.1:5099
 REGISTRY=localhost:5099
+# A registry with basic auth, started by tests/cluster.rs for imagePullSecrets (setup only
+# writes its hosts.toml: plain http on loopback).
+AUTH_REGISTRY=localhost:5098
 REGISTRY_DIR="$CRILET_DEV/registry"
 REGISTRY_CONFIG="$REGISTRY_DIR/config.yml"
 REGISTRY_STORAGE="$REGISTRY_DIR/storage"

@@ -586,3 +586,100 @@ spec:
     let left = cri.observe(&uid).await.expect("observe");
     assert!(left.containers.is_empty(), "{left:?}");
 }
+
+/// A docker-registry with basic auth on `CRILET_AUTH_REGISTRY` (its hosts.toml is setup's),
+/// stopped when dropped.
+struct AuthRegistry {
+    child: std::process::Child,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for AuthRegistry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn auth_registry(addr: &str, user: &str, password: &str) -> AuthRegistry {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let hash = bcrypt::hash(password, 6).expect("bcrypt");
+    std::fs::write(dir.path().join("htpasswd"), format!("{user}:{hash}\n")).expect("htpasswd");
+    let port = addr.rsplit(':').next().unwrap_or("5098");
+    let config = format!(
+        "version: 0.1\nlog: {{level: warn}}\nstorage: {{filesystem: {{rootdirectory: {}}}}}\nhttp: {{addr: 127.0.0.1:{port}}}\nauth:\n  htpasswd: {{realm: crilet-test, path: {}}}\n",
+        dir.path().join("data").display(),
+        dir.path().join("htpasswd").display()
+    );
+    std::fs::write(dir.path().join("config.yml"), config).expect("registry config");
+    let child = std::process::Command::new("docker-registry")
+        .arg("serve")
+        .arg(dir.path().join("config.yml"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("docker-registry");
+    AuthRegistry { child, _dir: dir }
+}
+
+#[tokio::test]
+async fn image_pull_secrets_authenticate_to_a_registry_with_basic_auth() {
+    let node = Node::start("pull_secrets", 10273, &[]).await;
+    let env = &node.agent.env;
+    let registry = env.get("CRILET_AUTH_REGISTRY");
+    let _reg = auth_registry(&registry, "puller", "s3cret-pw");
+    // The image, pushed with the credentials (copied from the open registry).
+    let image = format!("{registry}/private/busybox:{}", node.namespace);
+    wait_for("the auth registry to take the push", Duration::from_secs(30), || async {
+        let out = std::process::Command::new("skopeo")
+            .args([
+                "copy",
+                "--src-tls-verify=false",
+                "--dest-tls-verify=false",
+                "--dest-creds",
+                "puller:s3cret-pw",
+            ])
+            .arg(format!("docker://{}", env.get("CRILET_IMAGE_BUSYBOX")))
+            .arg(format!("docker://{image}"))
+            .output()
+            .ok()?;
+        out.status.success().then_some(())
+    })
+    .await;
+    node.wait_ready().await;
+    let auth = base64_std(b"puller:s3cret-pw");
+    let config = format!(r#"{{"auths":{{"{registry}":{{"auth":"{auth}"}}}}}}"#);
+    let secret = format!(
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: regcred}}\ntype: kubernetes.io/dockerconfigjson\ndata:\n  .dockerconfigjson: {}\n",
+        base64_std(config.as_bytes())
+    );
+    node.apply(&secret);
+    let pod = |name: &str, secrets: &str| {
+        render(
+            &node,
+            &format!(
+                "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  nodeName: ${{NODE}}\n  terminationGracePeriodSeconds: 1\n{secrets}  containers:\n  - name: c\n    image: {image}\n    imagePullPolicy: Always\n    command: [sleep, '3600']\n"
+            ),
+        )
+    };
+    // Without the secret the registry refuses the pull.
+    node.apply(&pod("anonymous", ""));
+    let p = node
+        .wait_pod("anonymous", "ErrImagePull", Duration::from_secs(60), |p| {
+            api_cstatus(p, "c")
+                .and_then(|c| c["state"]["waiting"]["reason"].as_str())
+                .is_some_and(|r| r == "ErrImagePull" || r == "ImagePullBackOff")
+        })
+        .await;
+    let _ = p;
+    node.apply(&pod("with-secret", "  imagePullSecrets: [{name: regcred}]\n"));
+    node.wait_pod("with-secret", "Running with the private image", Duration::from_secs(60), |p| {
+        api_cstatus(p, "c").is_some_and(|c| c["state"]["running"].is_object())
+    })
+    .await;
+}
+
+fn base64_std(b: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(b)
+}

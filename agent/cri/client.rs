@@ -504,6 +504,16 @@ impl CriClient {
         image: &str,
         sandbox_config: Option<api::PodSandboxConfig>,
     ) -> Result<String, CriError> {
+        self.pull_image_with(image, sandbox_config, None).await
+    }
+
+    /// `PullImage` with registry credentials (`imagePullSecrets`).
+    pub async fn pull_image_with(
+        &self,
+        image: &str,
+        sandbox_config: Option<api::PodSandboxConfig>,
+        auth: Option<api::AuthConfig>,
+    ) -> Result<String, CriError> {
         let mut c = self.images.clone();
         let r = self
             .call(
@@ -513,7 +523,7 @@ impl CriClient {
                 c.pull_image(req(
                     api::PullImageRequest {
                         image: Some(api::ImageSpec { image: image.to_string(), ..Default::default() }),
-                        auth: None,
+                        auth,
                         sandbox_config,
                     },
                     PULL_TIMEOUT,

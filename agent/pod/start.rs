@@ -214,8 +214,12 @@ pub async fn ensure_image(
     ctx.normal(&d.key, name, "Pulling", format!("Pulling image \"{image}\""));
     let started = std::time::Instant::now();
     let result = {
+        let credentials = match &ctx.volumes {
+            Some(vm) => vm.pull_credentials(&d.pod, &image).await,
+            None => Vec::new(),
+        };
         let _serial = ctx.pull_lock.lock().await;
-        ctx.cri.pull_image(&image, Some(sandbox_config.clone())).await
+        pull_with_credentials(ctx, &image, sandbox_config, credentials).await
     };
     crate::metrics::get().image_pulled(&d.uid, started);
     match result {
@@ -246,6 +250,34 @@ pub async fn ensure_image(
             ctx.warning(&d.key, name, "Failed", "Error: ErrImagePull".into());
             Err(err("ErrImagePull", msg))
         }
+    }
+}
+
+/// Pulls `image` with each matching credential in turn until one works (the kubelet's
+/// keyring order), or without any when none matches.
+async fn pull_with_credentials(
+    ctx: &Shared,
+    image: &str,
+    sandbox_config: &api::PodSandboxConfig,
+    credentials: Vec<crate::volumes::pull_secrets::Credential>,
+) -> Result<String, crate::cri::CriError> {
+    if credentials.is_empty() {
+        return ctx.cri.pull_image(image, Some(sandbox_config.clone())).await;
+    }
+    let mut last = None;
+    for c in credentials {
+        // No server address: the credential was matched to the image's registry here, and
+        // containerd drops one whose address is not a URL naming the host it dials.
+        let _ = c.server;
+        let auth = api::AuthConfig { username: c.username, password: c.password, ..Default::default() };
+        match ctx.cri.pull_image_with(image, Some(sandbox_config.clone()), Some(auth)).await {
+            Ok(r) => return Ok(r),
+            Err(e) => last = Some(e),
+        }
+    }
+    match last {
+        Some(e) => Err(e),
+        None => ctx.cri.pull_image(image, Some(sandbox_config.clone())).await,
     }
 }
 

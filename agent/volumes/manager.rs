@@ -75,6 +75,27 @@ fn is_api_volume(v: &Volume) -> bool {
 }
 
 impl VolumeManager {
+    /// The registry credentials of the pod's `imagePullSecrets` that apply to `image`, in the
+    /// order to try them. A secret that cannot be read is skipped with a warning, as the
+    /// kubelet does ("Unable to retrieve some image pull secrets").
+    pub async fn pull_credentials(&self, pod: &Pod, image: &str) -> Vec<super::pull_secrets::Credential> {
+        let ns = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+        let names = pod.spec.as_ref().and_then(|s| s.image_pull_secrets.clone()).unwrap_or_default();
+        let mut secrets = Vec::new();
+        for r in names {
+            match self.api.secret(&ns, &r.name).await {
+                Ok(Some(s)) => secrets.push(s),
+                Ok(None) => {
+                    tracing::warn!(secret = %r.name, "image pull secret not found; pulling without it")
+                }
+                Err(e) => {
+                    tracing::warn!(secret = %r.name, error = %e, "image pull secret unreadable; pulling without it")
+                }
+            }
+        }
+        super::pull_secrets::credentials(&secrets, image)
+    }
+
     /// `allocatable` is the node's (the default of unset limits in the downward API); `reread`
     /// how often a running pod's ConfigMaps and Secrets are read again ([`DEFAULT_REREAD_PERIOD`]).
     pub fn new(

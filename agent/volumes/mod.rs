@@ -14,6 +14,7 @@ pub mod env;
 mod kube_objects;
 mod manager;
 pub mod projection;
+pub mod pull_secrets;
 pub mod token;
 
 #[cfg(test)]
