@@ -179,6 +179,37 @@ pub fn changed(a: &NodeStatus, b: &NodeStatus) -> bool {
     strip(a) != strip(b)
 }
 
+/// Whether the Node's status in the API differs from what the agent would write in a field
+/// the agent owns (conditions' status, reason and message; capacity, allocatable, addresses,
+/// nodeInfo, daemonEndpoints).
+pub fn differs_from_live(live: &NodeStatus, ours: &NodeStatus) -> bool {
+    type Cond = (String, String, Option<String>, Option<String>);
+    let conds = |s: &NodeStatus| {
+        let mut c: Vec<Cond> = s
+            .conditions
+            .iter()
+            .flatten()
+            .filter(|c| {
+                ["Ready", "MemoryPressure", "DiskPressure", "PIDPressure"].contains(&c.type_.as_str())
+            })
+            .map(|c| (c.type_.clone(), c.status.clone(), c.reason.clone(), c.message.clone()))
+            .collect();
+        c.sort();
+        c
+    };
+    let info = |s: &NodeStatus| {
+        s.node_info
+            .as_ref()
+            .map(|i| (i.boot_id.clone(), i.container_runtime_version.clone(), i.kubelet_version.clone()))
+    };
+    conds(live) != conds(ours)
+        || live.capacity != ours.capacity
+        || live.allocatable != ours.allocatable
+        || live.addresses != ours.addresses
+        || live.daemon_endpoints != ours.daemon_endpoints
+        || info(live) != info(ours)
+}
+
 /// GOARCH's name for this machine.
 pub fn go_arch() -> String {
     match std::env::consts::ARCH {
@@ -265,6 +296,15 @@ mod tests {
         let a = status(&facts(), first.clone());
         let b = status(&facts(), conditions(&not_ready, &first, t1));
         assert!(!changed(&a, &b), "only heartbeats moved");
-        assert!(changed(&a, &status(&facts(), second)), "Ready flipped");
+        assert!(changed(&a, &status(&facts(), second.clone())), "Ready flipped");
+
+        // The node lifecycle controller marked the node Unknown while the agent was away.
+        let mut live = status(&facts(), second.clone());
+        assert!(!differs_from_live(&live, &status(&facts(), second.clone())));
+        for c in live.conditions.iter_mut().flatten() {
+            c.status = "Unknown".into();
+            c.reason = Some("NodeStatusUnknown".into());
+        }
+        assert!(differs_from_live(&live, &status(&facts(), second)), "written again at once");
     }
 }

@@ -111,13 +111,26 @@ pub async fn run_status(link: Arc<ClusterLink>, cri: CriClient, facts: NodeFacts
             _ = tick.tick() => {}
         }
         let ready = runtime_readiness(&cri).await;
+        // Compared with the Node as the API server has it (as the kubelet does): the node
+        // lifecycle controller rewrites its conditions (Unknown) while the agent cannot reach the
+        // API server, and that must be corrected as soon as it can again.
+        let live = match nodes.get_opt(&facts.name).await {
+            Ok(n) => n.and_then(|n| n.status),
+            Err(e) => {
+                debug!(error = %e, "reading the Node failed; retrying");
+                link.api_failed(&e.to_string());
+                continue;
+            }
+        };
         let previous = written.as_ref().and_then(|(s, _)| s.conditions.clone()).unwrap_or_default();
         let status =
             node_object::status(&facts, node_object::conditions(&ready, &previous, jiff::Timestamp::now()));
-        let due = match &written {
-            None => true,
-            Some((last, at)) => node_object::changed(last, &status) || at.elapsed() >= STATUS_REPORT,
-        };
+        let drifted = live.as_ref().is_none_or(|l| node_object::differs_from_live(l, &status));
+        let due = drifted
+            || match &written {
+                None => true,
+                Some((last, at)) => node_object::changed(last, &status) || at.elapsed() >= STATUS_REPORT,
+            };
         if !due {
             continue;
         }
