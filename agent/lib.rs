@@ -30,5 +30,17 @@ pub mod proto {
 
 pub mod http_get;
 
+/// `e` and its causes, `: `-separated (for logs and error messages).
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        out.push_str(": ");
+        out.push_str(&c.to_string());
+        cause = c.source();
+    }
+    out
+}
+
 /// The Kubernetes minor version whose kubelet behaviour crilet follows (User-Agent strings).
 pub const KUBE_VERSION: &str = "1.33";

@@ -305,8 +305,19 @@ async fn restarted_agent_adopts_its_api_pods_without_restarting_them() {
         renewed.then_some(())
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let after = node.api_pod("simple").expect("pod");
+    // The restarted agent has adopted and published the pod (its control socket shows it
+    // Ready), and its status write has landed: the API shows what it published.
+    let published = wait_for("the restarted agent to publish the pod", Duration::from_secs(30), || async {
+        let p = node.agent.pod("simple")?;
+        (common::condition(&p, "Ready") == Some("True")).then_some(p)
+    })
+    .await;
+    let after = wait_for("the API to show the restarted agent's status", Duration::from_secs(30), || async {
+        let p = node.api_pod("simple")?;
+        (api_cstatus(&p, "app")?["containerID"] == api_cstatus(&published, "app")?["containerID"])
+            .then_some(p)
+    })
+    .await;
     let cs = api_cstatus(&after, "app").unwrap();
     assert_eq!(cs["containerID"], id, "same container\n{}", node.agent.log());
     assert_eq!(cs["restartCount"], 0);

@@ -61,13 +61,7 @@ pub async fn whoami(client: &kube::Client) -> Identity {
 /// A transport error: a certificate problem is the kubeconfig's fault, anything else is an API
 /// server that is not there yet.
 fn classify_transport(e: &kube::Error) -> Identity {
-    let mut text = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
+    let text = crate::error_chain(e);
     let lower = text.to_lowercase();
     let tls = ["certificate", "unknownissuer", "badsignature", "handshake", "decrypt error", "tls"];
     if tls.iter().any(|t| lower.contains(t)) && !lower.contains("connection refused") {

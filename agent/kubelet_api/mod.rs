@@ -137,15 +137,3 @@ pub(crate) async fn serve<R: Reviewer>(
     tracker.close();
     tracker.wait().await;
 }
-
-/// The error and its sources, `: `-separated, for logs.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        out.push_str(": ");
-        out.push_str(&c.to_string());
-        cur = c.source();
-    }
-    out
-}

@@ -49,7 +49,7 @@ impl<R: Reviewer> KubeletApi<R> {
                 return text(StatusCode::FORBIDDEN, describe("Forbidden", &user, &attrs));
             }
             Err(e) => {
-                warn!(error = %super::chain(&e), user = %user.name, "authorization failed");
+                warn!(error = %crate::error_chain(&e), user = %user.name, "authorization failed");
                 return text(
                     StatusCode::INTERNAL_SERVER_ERROR,
                     describe("Authorization error", &user, &attrs),
@@ -78,7 +78,7 @@ impl<R: Reviewer> KubeletApi<R> {
         match self.auth.authenticate_token(token).await {
             Ok(user) => user,
             Err(e) => {
-                warn!(error = %super::chain(&e), "unable to authenticate the request");
+                warn!(error = %crate::error_chain(&e), "unable to authenticate the request");
                 None
             }
         }

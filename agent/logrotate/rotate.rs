@@ -59,18 +59,6 @@ fn io_err(op: &'static str, path: &Path) -> impl FnOnce(io::Error) -> RotateErro
     move |source| RotateError::Io { op, path, source }
 }
 
-/// `e` and its causes, `: `-separated.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        out.push_str(": ");
-        out.push_str(&c.to_string());
-        cause = c.source();
-    }
-    out
-}
-
 /// Checks one container and rotates its log if due; failures are logged with the container and
 /// path, and retried on the next pass.
 pub(super) async fn check_container(
@@ -81,7 +69,7 @@ pub(super) async fn check_container(
     paths: &LogPaths,
 ) {
     if let Err(e) = try_check(cri, id, pod_logs_dir, policy, paths).await {
-        warn!(container = %id, error = %chain(&e), "container log rotation failed; retrying next interval");
+        warn!(container = %id, error = %crate::error_chain(&e), "container log rotation failed; retrying next interval");
     }
 }
 

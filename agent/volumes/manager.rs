@@ -350,18 +350,6 @@ impl VolumeManager {
                 .and_then(|()| std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)))
                 .map_err(|e| format!("creating {}: {e}", dir.display()))?;
         }
-        atomic_writer::write(&dir, payload).map(|_| ()).map_err(|e| chain(&e))
+        atomic_writer::write(&dir, payload).map(|_| ()).map_err(|e| crate::error_chain(&e))
     }
-}
-
-/// The error and its sources, `: `-separated.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        out.push_str(": ");
-        out.push_str(&c.to_string());
-        cur = c.source();
-    }
-    out
 }
