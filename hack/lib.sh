@@ -149,6 +149,22 @@ CLUSTER_SERVER="https://127.0.0.1:$CLUSTER_APISERVER_PORT"
 # The processes, in start order (pid files $CLUSTER_RUN/NAME.pid, logs $LOG_DIR/cluster-NAME.log).
 CLUSTER_COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler)
 
+# --- OpenKruise (hack/kruise.sh) ---------------------------------------------------------
+# kruise-manager and one kruise-daemon per crilet node, as processes on 127.0.0.1: pid files in
+# $KRUISE_RUN, logs $LOG_DIR/kruise-*.log, binaries and Go caches under $KRUISE_DIR (kept by
+# teardown.sh, removed with --all).
+KRUISE_VERSION=v1.8.2
+KRUISE_DIR="$CRILET_DEV/kruise"
+KRUISE_RUN="$CRILET_RUN/kruise"
+KRUISE_MANAGER_METRICS_PORT=16290
+KRUISE_MANAGER_HEALTH_PORT=16291
+KRUISE_WEBHOOK_PORT=16292
+# Each daemon's health/metrics port comes from this range.
+KRUISE_DAEMON_PORTS=(16300 16399)
+# kruise-daemon reads the CRI socket under this fixed path (its chart mounts /var/run there):
+# kruise.sh makes it a symlink to our containerd's socket directory, and `down` removes it.
+HOSTVARRUN=/hostvarrun
+
 # Quiet by default: noisy tools (apt, cargo) write to $VERBOSE_LOG; CRILET_VERBOSE=1 (or -v
 # to demo.sh/setup.sh) shows everything.
 VERBOSE_LOG="$LOG_DIR/setup.log"

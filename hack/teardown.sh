@@ -278,6 +278,10 @@ remove_agent_state() {
 }
 
 # ------------------------------------------------------------------------------------------
+# hack/kruise.sh's OpenKruise first: its webhook configurations go while the API server still
+# answers (a webhook whose server is gone refuses pods), then its daemons and manager by pid
+# file, and its /hostvarrun link. Its binaries and Go caches (/var/lib/crilet-dev/kruise) stay.
+bash "$HACK_DIR/kruise.sh" down || warn "hack/kruise.sh down failed; kruise-manager or a kruise-daemon may still run"
 stop_crilet
 # The cluster after crilet (its client), before containerd (they do not depend on each other).
 bash "$HACK_DIR/cluster.sh" down --purge || warn "hack/cluster.sh down failed; the control plane may still run"

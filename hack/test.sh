@@ -4,8 +4,10 @@
 # Usage: hack/test.sh [TEST-FILTER/ARGS...]    (as root)
 # Two legs, each set up by hack/setup.sh (packages, private containerd, registry, images):
 #   containerd 2.1 (Debian sid's, CRI events): unit tests, the systemd unit check, the real
-#       control plane of hack/cluster.sh, every integration test in tests/ (tests/cluster.rs
-#       joins crilet to that control plane), then the CRI conformance run (hack/critest.sh);
+#       control plane of hack/cluster.sh with OpenKruise on it (hack/kruise.sh), every
+#       integration test in tests/ (tests/cluster.rs joins crilet to that control plane,
+#       tests/kruise.rs drives it with Kruise's controllers), then the CRI conformance run
+#       (hack/critest.sh);
 #   containerd 1.6 (bookworm's, relist): the lifecycle, probe, status, termination,
 #       runtime-restart and runtime-fault tests.
 # ARGS go to the test binaries of both legs, e.g. `hack/test.sh e2e_sidecar` runs only tests
@@ -75,6 +77,9 @@ for runtime in $LEGS; do
             # The real control plane the cluster-mode tests (tests/cluster.rs) join crilet to;
             # a cold machine builds it once (cached under /var/lib/crilet-dev/k8s).
             step "control plane (hack/cluster.sh)" bash "$HACK_DIR/cluster.sh"
+            # OpenKruise v1.8.2 on it (tests/kruise.rs; each test starts a kruise-daemon for its
+            # own node); a cold machine builds it once (cached under /var/lib/crilet-dev/kruise).
+            step "OpenKruise (hack/kruise.sh)" bash "$HACK_DIR/kruise.sh"
             step "tests on containerd 2.1 (events)" cargo test --workspace --no-fail-fast -- --test-threads=2 "$@"
             if [ "$#" -eq 0 ]; then
                 step "critest on containerd 2.1" bash "$HACK_DIR/critest.sh" --runtime 2.1

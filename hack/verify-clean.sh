@@ -3,7 +3,8 @@
 #
 # Usage: hack/verify-clean.sh   (as root; hack/test.sh runs it after its final teardown)
 # Checks: no process of ours (containerd, registry, shims, crilet, critest's containerd, the
-# control plane of hack/cluster.sh: no pid file of it, no listener on its ports), no
+# control plane of hack/cluster.sh: no pid file of it, no listener on its ports; OpenKruise's
+# kruise-manager and kruise-daemons of hack/kruise.sh, likewise, and its /hostvarrun link), no
 # pod cgroup in any hierarchy (when setup made the pod cgroup parent), no socket under
 # /run/crilet-dev, no mount under /run/crilet-dev or /var/lib/crilet-dev, no network
 # namespace or interface of ours (bridges crilet0 / crilet-ct0 and their veths), no iptables
@@ -41,6 +42,23 @@ for port in "${CLUSTER_PORTS[@]}"; do
         leftover "listener on cluster port $port: $listener"
     done < <(ss -Hltnp "sport = :$port" 2>/dev/null | awk '{print $4, $6}')
 done
+
+# hack/kruise.sh's OpenKruise: no pid file of kruise-manager or a kruise-daemon, nothing on
+# their ports, no /hostvarrun symlink of ours (their processes run binaries under $KRUISE_DIR,
+# so the argv check above sees them too).
+for pidfile in "$KRUISE_RUN"/*.pid; do
+    [ -e "$pidfile" ] || continue
+    leftover "kruise pid file $pidfile"
+done
+for port in "$KRUISE_MANAGER_METRICS_PORT" "$KRUISE_MANAGER_HEALTH_PORT" "$KRUISE_WEBHOOK_PORT" \
+    $(seq "${KRUISE_DAEMON_PORTS[0]}" "${KRUISE_DAEMON_PORTS[1]}"); do
+    while read -r listener; do
+        leftover "listener on kruise port $port: $listener"
+    done < <(ss -Hltnp "sport = :$port" 2>/dev/null | awk '{print $4, $6}')
+done
+if [ -L "$HOSTVARRUN" ] && [ "$(readlink "$HOSTVARRUN")" = "$(dirname "$CONTAINERD_SOCK")" ]; then
+    leftover "symlink $HOSTVARRUN (hack/kruise.sh)"
+fi
 
 if [ -e "$OWNED_DIR/kubepods" ] || [ ! -d "$OWNED_DIR" ]; then
     while read -r cg; do
