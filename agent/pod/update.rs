@@ -84,6 +84,36 @@ impl UpdateState {
     }
 }
 
+/// The conditions a pod's status is computed from: the external ones (readiness gates set from
+/// outside) with crilet's own `InPlaceUpdateReady` folded in.
+/// - A static pod's `InPlaceUpdateReady` is crilet's: its condition replaces any other.
+/// - An API pod's belongs to a controller (OpenKruise sets it False before it patches an image
+///   and True once its completion check passed): the controller's condition stands as it is.
+///   crilet only holds the pod unready while its own update is under way (a False of its own
+///   where the controller has none or a True), and says nothing once its update is done, so a
+///   finished update never hides the controller's next False.
+pub fn with_own_condition(
+    mut external: Vec<PodCondition>,
+    own: Option<&UpdateState>,
+    api_pod: bool,
+) -> Vec<PodCondition> {
+    if !api_pod {
+        if let Some(u) = own {
+            external.retain(|c| c.type_ != CONDITION);
+            external.push(u.condition());
+        }
+        return external;
+    }
+    if let Some(u) = own.filter(|u| !u.done) {
+        match external.iter_mut().find(|c| c.type_ == CONDITION) {
+            Some(c) if c.status == "False" => {}
+            Some(c) => *c = u.condition(),
+            None => external.push(u.condition()),
+        }
+    }
+    external
+}
+
 fn spec_containers(pod: &Pod) -> Vec<&Container> {
     let Some(s) = pod.spec.as_ref() else { return Vec::new() };
     s.init_containers.iter().flatten().filter(|c| is_sidecar(c)).chain(s.containers.iter()).collect()
@@ -303,6 +333,95 @@ mod tests {
         assert!(digest_matches("localhost:5099/web@sha256:aa", &p));
         assert!(!digest_matches("localhost:5099/web@sha256:bb", &p));
         assert!(digest_matches("localhost:5099/web:v2", &p));
+    }
+
+    fn cond(status: &str, reason: &str) -> PodCondition {
+        PodCondition {
+            type_: CONDITION.into(),
+            status: status.into(),
+            reason: Some(reason.into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn own_condition_with_a_controllers() {
+        let under_way =
+            UpdateState { images: [("app".to_string(), "x:2".to_string())].into(), ..Default::default() };
+        let done = UpdateState { done: true, ..under_way.clone() };
+        let gate =
+            PodCondition { type_: "KruisePodReady".into(), status: "True".into(), ..Default::default() };
+        let view = |v: Vec<PodCondition>| -> Vec<(String, String, Option<String>)> {
+            v.into_iter().map(|c| (c.type_, c.status, c.reason)).collect()
+        };
+        let inplace = |status: &str, reason: &str| {
+            (CONDITION.to_string(), status.to_string(), Some(reason.to_string()))
+        };
+        let ours_false = (CONDITION.to_string(), "False".to_string(), Some("InPlaceUpdating".to_string()));
+        let ours_true = (CONDITION.to_string(), "True".to_string(), None);
+        let kruise = ("KruisePodReady".to_string(), "True".to_string(), None);
+        // (name, external, own, api pod, want)
+        let cases: Vec<(
+            &str,
+            Vec<PodCondition>,
+            Option<&UpdateState>,
+            bool,
+            Vec<(String, String, Option<String>)>,
+        )> = vec![
+            (
+                "static pod: crilet's condition replaces any",
+                vec![cond("False", "X")],
+                Some(&done),
+                false,
+                vec![ours_true.clone()],
+            ),
+            ("static pod under way", vec![], Some(&under_way), false, vec![ours_false.clone()]),
+            (
+                "static pod, no update: as given",
+                vec![cond("True", "X")],
+                None,
+                false,
+                vec![inplace("True", "X")],
+            ),
+            (
+                "API pod: the controller's False stands while crilet updates",
+                vec![gate.clone(), cond("False", "Kruise")],
+                Some(&under_way),
+                true,
+                vec![kruise.clone(), inplace("False", "Kruise")],
+            ),
+            (
+                "API pod: crilet's finished update never turns the controller's False True",
+                vec![cond("False", "Kruise")],
+                Some(&done),
+                true,
+                vec![inplace("False", "Kruise")],
+            ),
+            (
+                "API pod: the controller's True is held False while crilet updates",
+                vec![cond("True", "Kruise")],
+                Some(&under_way),
+                true,
+                vec![ours_false.clone()],
+            ),
+            (
+                "API pod without a controller's condition, under way",
+                vec![],
+                Some(&under_way),
+                true,
+                vec![ours_false],
+            ),
+            (
+                "API pod without a controller's condition, done: nothing added",
+                vec![gate],
+                Some(&done),
+                true,
+                vec![kruise],
+            ),
+        ];
+        for (name, external, own, api, want) in cases {
+            assert_eq!(view(with_own_condition(external, own, api)), want, "{name}");
+        }
     }
 
     #[test]

@@ -11,7 +11,7 @@ impl Worker {
         probe_states: &BTreeMap<String, ProbeState>,
     ) {
         let ctx = &self.ctx;
-        let mut external = ctx.registry.external_conditions(&self.desired.key);
+        let external = ctx.registry.external_conditions(&self.desired.key);
         if self.saved_conditions.as_deref().unwrap_or_default() != external.as_slice() {
             let path = conditions_path(ctx, &self.desired.uid);
             let tmp = path.with_extension("tmp");
@@ -22,10 +22,8 @@ impl Worker {
                 self.saved_conditions = Some(external.clone());
             }
         }
-        if let Some(u) = &self.update {
-            external.retain(|c| c.type_ != update::CONDITION);
-            external.push(u.condition());
-        }
+        let api_pod = crate::cluster::pods::is_api_source(&self.desired.file.display().to_string());
+        let external = update::with_own_condition(external, self.update.as_ref(), api_pod);
         let status = compute(&StatusInput {
             desired: &self.desired,
             observed,
