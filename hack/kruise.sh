@@ -33,7 +33,8 @@
 #   3. kruise-manager as a process beside the control plane, with the admin kubeconfig:
 #      WEBHOOK_HOST=127.0.0.1 (the manager then points the webhooks at
 #      https://127.0.0.1:$KRUISE_WEBHOOK_PORT with its own certificates), metrics and health
-#      on 127.0.0.1 only, no leader election, no pprof. `up` waits for /readyz and for the
+#      on 127.0.0.1 only, no leader election, no pprof, feature gate ImagePullJobGate on. `up`
+#      waits for /readyz and for the
 #      webhooks to carry the manager's URL and CA.
 #   4. kruise-daemon per crilet node: NODE_NAME=NODE, the admin kubeconfig, health/metrics on a
 #      free 127.0.0.1 port of 16300-16399, CRI at our containerd. The daemon looks for the CRI
@@ -61,6 +62,10 @@ KRUISE_LOCK="$CRILET_RUN/kruise.lock"
 BUILD_LOG="$LOG_DIR/kruise-build.log"
 HOSTVARRUN_TARGET="$(dirname "$CONTAINERD_SOCK")"
 START_DEADLINE=120
+# Kruise's defaults, plus ImagePullJob (alpha, off by default; the chart's featureGates value
+# turns it on the same way). Pre-download before in-place updates stays off: crilet pulls the
+# new image itself before it stops the old container.
+KRUISE_FEATURE_GATES=ImagePullJobGate=true
 
 usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//' >&2; exit "${1:-2}"; }
 
@@ -268,7 +273,7 @@ manager_argv() {
     ARGV=("$KRUISE_BIN_DIR/kruise-manager" --enable-leader-election=false
         --metrics-addr "127.0.0.1:$KRUISE_MANAGER_METRICS_PORT"
         --health-probe-addr "127.0.0.1:$KRUISE_MANAGER_HEALTH_PORT"
-        --enable-pprof=false --pprof-addr 127.0.0.1:0 --v=2)
+        --enable-pprof=false --pprof-addr 127.0.0.1:0 --feature-gates "$KRUISE_FEATURE_GATES" --v=2)
 }
 
 # start_env_daemon PIDFILE LOGFILE ENV... -- CMD... — lib.sh's start_daemon with an environment.
@@ -288,6 +293,14 @@ start_env_daemon() {
     esac
 }
 
+# stop_manager — for a restart: the webhooks go first (with failurePolicy Fail, a webhook whose
+# server is down refuses every pod the cluster creates) and come back for the new manager.
+stop_manager() {
+    delete_webhooks
+    stop_pid "$(manager_pidfile)" "$KRUISE_BIN_DIR/kruise-manager" kruise-manager 20
+    install_webhooks
+}
+
 ensure_manager() {
     local pid want log="$LOG_DIR/kruise-manager.log" t0=$SECONDS port
     manager_argv
@@ -295,13 +308,13 @@ ensure_manager() {
     if pid="$(manager_pid)"; then
         if [ "$(pid_cmdline "$pid")" != "$want" ]; then
             log "kruise-manager (pid $pid) runs with other flags than this script gives it; restarting it"
-            stop_pid "$(manager_pidfile)" "$KRUISE_BIN_DIR/kruise-manager" kruise-manager 20
+            stop_manager
         elif wait_for 30 "kruise-manager (pid $pid) to answer" manager_healthy; then
             log "kruise-manager already running (pid $pid)"
             return 0
         else
             warn "kruise-manager (pid $pid) runs but does not answer; restarting it"
-            stop_pid "$(manager_pidfile)" "$KRUISE_BIN_DIR/kruise-manager" kruise-manager 20
+            stop_manager
         fi
     fi
     for port in "$KRUISE_MANAGER_METRICS_PORT" "$KRUISE_MANAGER_HEALTH_PORT" "$KRUISE_WEBHOOK_PORT"; do
@@ -363,7 +376,7 @@ cmd_daemon() {
         start_env_daemon "$(daemon_pidfile "$node")" "$log" \
             KUBECONFIG="$CLUSTER_ADMIN_KUBECONFIG" NODE_NAME="$node" \
             -- "$KRUISE_BIN_DIR/kruise-daemon" --addr "127.0.0.1:$port" --enable-pprof=false \
-            --pprof-addr 127.0.0.1:0 --socket-file "$(basename "$CONTAINERD_SOCK")" \
+            --pprof-addr 127.0.0.1:0 --feature-gates "$KRUISE_FEATURE_GATES" --socket-file "$(basename "$CONTAINERD_SOCK")" \
             --plugin-config-file "$KRUISE_STATE/no-credential-plugins.yaml" --v=2
         pid="$(cat "$(daemon_pidfile "$node")")"
         if ! wait_for 60 "kruise-daemon for $node to answer" daemon_healthy "$node"; then
