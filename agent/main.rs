@@ -443,7 +443,9 @@ async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
                         client_ca_file: c.client_ca_file.clone(),
                         node_name: c.config.node_name.clone(),
                     };
-                    let server = crilet::kubelet_api::bind(cfg, api_client.clone(), registry.clone()).await?;
+                    let server =
+                        crilet::kubelet_api::bind(cfg, api_client.clone(), registry.clone(), cri.clone())
+                            .await?;
                     info!(address = %format!("{ip}:{}", c.config.port), "serving the kubelet API (TLS)");
                     tokio::spawn(server.serve(cancel.child_token()));
                 }

@@ -694,3 +694,125 @@ fn base64_std(b: &[u8]) -> String {
     use base64::Engine as _;
     base64::engine::general_purpose::STANDARD.encode(b)
 }
+
+#[tokio::test]
+async fn kubectl_exec_attach_and_port_forward_go_through_the_kubelet_api_and_pods_see_services() {
+    let node = Node::start("streaming", 10274, &[]).await;
+    node.wait_ready().await;
+    node.apply(&render(
+        &node,
+        r#"
+apiVersion: v1
+kind: Service
+metadata: {name: my-db}
+spec:
+  ports: [{port: 5432, name: pg}]
+"#,
+    ));
+    node.apply(&render(
+        &node,
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: streams}
+spec:
+  nodeName: ${NODE}
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: web
+    image: ${CRILET_IMAGE_WEB_V1}
+  - name: reader
+    image: ${CRILET_IMAGE_BUSYBOX}
+    stdin: true
+    command: ["sh", "-c", "while read line; do echo got-$line; done"]
+"#,
+    ));
+    node.wait_pod("streams", "both containers running", Duration::from_secs(60), |p| {
+        ["web", "reader"].iter().all(|c| api_cstatus(p, c).is_some_and(|s| s["state"]["running"].is_object()))
+    })
+    .await;
+
+    // exec: the command runs in the container (its own hostname and files), with stdin,
+    // stdout, stderr and the exit code carried through.
+    let (ok, out, err) = node.kubectl(&["exec", "streams", "-c", "web", "--", "cat", "/www/index.html"]);
+    assert!(ok, "kubectl exec: {err}");
+    assert_eq!(out.trim(), "v1");
+    let (ok, out, err) = node.cluster.kubectl_in(
+        &[
+            "-n",
+            &node.namespace,
+            "exec",
+            "-i",
+            "streams",
+            "-c",
+            "web",
+            "--",
+            "sh",
+            "-c",
+            "tr a-z A-Z; echo oops >&2; exit 3",
+        ],
+        Some("hello\n"),
+    );
+    assert!(!ok, "exit 3 is a failure");
+    assert_eq!(out.trim(), "HELLO");
+    assert!(err.contains("oops") && err.contains("exit code 3"), "{err}");
+    let (ok, _, err) = node.kubectl(&["exec", "streams", "-c", "nope", "--", "true"]);
+    assert!(!ok && err.contains("nope"), "an unknown container is an error: {err}");
+
+    // Service variables: the namespace's service (created before the pod) and the master one.
+    let ip = node.kubectl(&["get", "service", "my-db", "-o", "jsonpath={.spec.clusterIP}"]).1;
+    let (ok, env, err) = node.kubectl(&["exec", "streams", "-c", "web", "--", "env"]);
+    assert!(ok, "{err}");
+    for want in [
+        format!("MY_DB_SERVICE_HOST={ip}"),
+        "MY_DB_SERVICE_PORT=5432".to_string(),
+        "MY_DB_SERVICE_PORT_PG=5432".to_string(),
+        format!("MY_DB_PORT=tcp://{ip}:5432"),
+        "KUBERNETES_SERVICE_HOST=10.0.0.1".to_string(),
+        "KUBERNETES_SERVICE_PORT=443".to_string(),
+    ] {
+        assert!(env.lines().any(|l| l == want), "{want} in:\n{env}");
+    }
+
+    // attach: what the client writes reaches the container's stdin, and its stdout comes back.
+    // The container's stdin stays open (no stdinOnce), so the session lasts until kubectl is
+    // stopped: 5 s is plenty for one line there and back.
+    let kubectl = node.cluster.get("CRILET_KUBECTL");
+    let mut attach = std::process::Command::new("timeout")
+        .args(["5", &kubectl, "--kubeconfig", &node.cluster.get("CRILET_CLUSTER_KUBECONFIG")])
+        .args(["--cache-dir", &node.cluster.get("CRILET_KUBECTL_CACHE_DIR")])
+        .args(["-n", &node.namespace, "attach", "-i", "streams", "-c", "reader"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("kubectl attach");
+    if let Some(mut stdin) = attach.stdin.take() {
+        use std::io::Write;
+        stdin.write_all(b"ping\n").expect("attach stdin");
+    }
+    let out = attach.wait_with_output().expect("kubectl attach output");
+    let (out, err) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.contains("got-ping"), "attach: {out} / {err}");
+
+    // port-forward: a local port of kubectl reaches the pod's port 8080.
+    let mut pf = std::process::Command::new(&kubectl)
+        .args(["--kubeconfig", &node.cluster.get("CRILET_CLUSTER_KUBECONFIG")])
+        .args(["--cache-dir", &node.cluster.get("CRILET_KUBECTL_CACHE_DIR")])
+        .args(["-n", &node.namespace, "port-forward", "--address", "127.0.0.1", "pod/streams", "18274:8080"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("kubectl port-forward");
+    let body = wait_for("a page through port-forward", Duration::from_secs(30), || async {
+        let out = std::process::Command::new("curl")
+            .args(["-fsS", "--noproxy", "*", "--max-time", "3", "http://127.0.0.1:18274/index.html"])
+            .output()
+            .ok()?;
+        out.status.success().then(|| String::from_utf8_lossy(&out.stdout).to_string())
+    })
+    .await;
+    let _ = pf.kill();
+    let _ = pf.wait();
+    assert_eq!(body.trim(), "v1");
+}

@@ -33,6 +33,14 @@ pub struct RuntimeInfo {
 }
 
 /// A cheaply cloned CRI client (one HTTP/2 connection shared by all clones).
+/// A streaming session to ask the runtime for (kubectl exec, attach, port-forward).
+#[derive(Debug, Clone)]
+pub enum StreamingRequest {
+    Exec(api::ExecRequest),
+    Attach(api::AttachRequest),
+    PortForward(api::PortForwardRequest),
+}
+
 #[derive(Clone)]
 pub struct CriClient {
     endpoint: String,
@@ -476,6 +484,29 @@ impl CriClient {
         let mut out = r.stdout;
         out.extend_from_slice(&r.stderr);
         Ok((r.exit_code, out))
+    }
+
+    /// `Exec`, `Attach` or `PortForward`: the URL of the runtime's streaming server that serves
+    /// the session (the kubelet API proxies the client's upgraded connection to it).
+    pub async fn streaming_url(&self, request: StreamingRequest) -> Result<String, CriError> {
+        let mut c = self.runtime.clone();
+        match request {
+            StreamingRequest::Exec(r) => {
+                let id = r.container_id.clone();
+                Ok(self.call("Exec", &id, CALL_TIMEOUT, c.exec(req(r, CALL_TIMEOUT))).await?.url)
+            }
+            StreamingRequest::Attach(r) => {
+                let id = r.container_id.clone();
+                Ok(self.call("Attach", &id, CALL_TIMEOUT, c.attach(req(r, CALL_TIMEOUT))).await?.url)
+            }
+            StreamingRequest::PortForward(r) => {
+                let id = r.pod_sandbox_id.clone();
+                Ok(self
+                    .call("PortForward", &id, CALL_TIMEOUT, c.port_forward(req(r, CALL_TIMEOUT)))
+                    .await?
+                    .url)
+            }
+        }
     }
 
     /// `ImageStatus`: the image's ID if present.

@@ -7,7 +7,7 @@
 mod client;
 mod convert;
 
-pub use client::{CriClient, RuntimeInfo};
+pub use client::{CriClient, RuntimeInfo, StreamingRequest};
 pub use convert::{container_from_status, sandbox_from_status};
 pub use k8s_cri::v1 as api;
 

@@ -95,7 +95,7 @@ pub(crate) fn parse_query(query: Option<&str>, now: Timestamp) -> Result<LogOpti
 
 /// `application/x-www-form-urlencoded` pairs, as Go's `url.ParseQuery` splits them (on `&`, `+`
 /// a space, `%XX` a byte); a pair that does not decode is dropped.
-fn decode_query(query: &str) -> Vec<(String, String)> {
+pub(crate) fn decode_query(query: &str) -> Vec<(String, String)> {
     fn unescape(s: &str) -> Option<String> {
         let bytes = s.as_bytes();
         let mut out = Vec::with_capacity(bytes.len());

@@ -1,16 +1,20 @@
-//! The kubelet's HTTPS API on `--node-ip`:`--port` (10250), the part `kubectl logs` needs:
+//! The kubelet's HTTPS API on `--node-ip`:`--port` (10250), the part `kubectl logs`, `exec`,
+//! `attach` and `port-forward` need:
 //! TLS with the serving certificate, client certificates verified against `--client-ca-file`,
 //! authentication by certificate or bearer token (`TokenReview`), authorization on
 //! `nodes/<subresource>` by `SubjectAccessReview` as the kubelet maps paths, then `/healthz` and
-//! `/containerLogs/{namespace}/{pod}/{container}`. HTTP/1.1 and HTTP/2 (ALPN) on hyper.
+//! `/containerLogs/{namespace}/{pod}/{container}`, `/exec`, `/attach`, `/portForward`. HTTP/1.1
+//! and HTTP/2 (ALPN) on hyper.
 //!
 //! It owns the listener and its connections. Pods and their statuses come from the agent's
 //! [`Registry`]; the log files are the runtime's (read as `crilet logs` reads them, `cli::logs`);
-//! the reviews are the API server's answers. Exec, attach and port-forward are not served.
+//! the reviews are the API server's answers. Exec, attach and port-forward sessions are the
+//! runtime's (CRI streaming), proxied (`streaming`).
 
 mod auth;
 mod logs;
 mod routes;
+mod streaming;
 mod tls;
 
 #[cfg(test)]
@@ -34,6 +38,7 @@ use tracing::{debug, info, warn};
 use self::auth::{Authenticator, KubeReviewer, Reviewer};
 use self::routes::KubeletApi;
 pub use self::tls::{BindError, ClientCaError};
+use crate::cri::CriClient;
 use crate::registry::Registry;
 
 /// A client that has not finished its TLS handshake, or sent its request headers, by then is
@@ -65,13 +70,22 @@ pub struct Server {
 /// Reads the certificate files and binds the address now, so a bad file or a busy address stops
 /// the agent at start with the file (or address) and the reason ([`BindError`]). Reviews go to
 /// the API server through `client`; pods are looked up in `registry`.
-pub async fn bind(cfg: Config, client: kube::Client, registry: Registry) -> anyhow::Result<Server> {
+pub async fn bind(
+    cfg: Config,
+    client: kube::Client,
+    registry: Registry,
+    cri: CriClient,
+) -> anyhow::Result<Server> {
     let tls = tls::server_config(&cfg.cert_file, &cfg.key_file, cfg.client_ca_file.as_deref())?;
     let listener = TcpListener::bind(cfg.bind)
         .await
         .map_err(|source| BindError::Listen { address: cfg.bind, source })?;
-    let api =
-        KubeletApi { auth: Authenticator::new(KubeReviewer { client }), registry, node_name: cfg.node_name };
+    let api = KubeletApi {
+        auth: Authenticator::new(KubeReviewer { client }),
+        registry,
+        node_name: cfg.node_name,
+        cri,
+    };
     Ok(Server { listener, acceptor: TlsAcceptor::from(Arc::new(tls)), api: Arc::new(api) })
 }
 
@@ -127,7 +141,8 @@ pub(crate) async fn serve<R: Reviewer>(
             let mut builder = auto::Builder::new(TokioExecutor::new());
             builder.http1().timer(TokioTimer::new()).header_read_timeout(HEADER_TIMEOUT);
             builder.http2().timer(TokioTimer::new());
-            let conn = builder.serve_connection(TokioIo::new(stream), service);
+            // With upgrades: exec, attach and port-forward switch the connection's protocol.
+            let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
             tokio::select! {
                 _ = cancel.cancelled() => {}
                 r = conn => if let Err(e) = r { debug!(peer = %peer, error = %e, "kubelet API connection ended") },

@@ -1,6 +1,6 @@
 //! One request to the kubelet API: authenticate, authorize (the kubelet's auth filter runs for
-//! every request, before routing), then `/healthz[/check]` or `containerLogs`. Everything else
-//! is 404. Response bodies and status codes follow the kubelet's (go-restful) handlers.
+//! every request, before routing), then `/healthz[/check]`, `containerLogs`, or the streaming
+//! endpoints (`exec`, `attach`, `portForward`). Everything else is 404. Response bodies and status codes follow the kubelet's (go-restful) handlers.
 
 use std::io;
 
@@ -15,6 +15,8 @@ use tracing::{debug, warn};
 
 use super::auth::{Attributes, Authenticator, Decision, Reviewer, User, bearer_token, request_attributes};
 use super::logs::{self, FollowContext, OpenError, QueryError};
+use super::streaming;
+use crate::cri::CriClient;
 use crate::model::PodKey;
 use crate::registry::Registry;
 
@@ -26,6 +28,8 @@ pub(crate) struct KubeletApi<R> {
     pub auth: Authenticator<R>,
     pub registry: Registry,
     pub node_name: String,
+    /// Asked for exec, attach and port-forward sessions.
+    pub cri: CriClient,
 }
 
 impl<R: Reviewer> KubeletApi<R> {
@@ -37,7 +41,8 @@ impl<R: Reviewer> KubeletApi<R> {
         cancel: CancellationToken,
     ) -> Response<Body> {
         let (parts, _) = req.into_parts();
-        let path = parts.uri.path();
+        let path = parts.uri.path().to_string();
+        let path = path.as_str();
         let Some(user) = self.authenticate(cert_user, &parts.headers).await else {
             return text(StatusCode::UNAUTHORIZED, "Unauthorized");
         };
@@ -64,6 +69,27 @@ impl<R: Reviewer> KubeletApi<R> {
                 return text(StatusCode::METHOD_NOT_ALLOWED, "405: Method Not Allowed");
             }
             return self.container_logs(rest, parts.uri.query(), cancel).await;
+        }
+        if let Some(target) = streaming::parse(path, parts.uri.query()) {
+            if parts.method != Method::GET && parts.method != Method::POST {
+                return text(StatusCode::METHOD_NOT_ALLOWED, "405: Method Not Allowed");
+            }
+            let refused = |r: streaming::Refusal| text(r.0, r.1);
+            let target = match target {
+                Ok(t) => t,
+                Err(r) => return refused(r),
+            };
+            let request = match streaming::cri_request(&target, &self.registry, &self.cri).await {
+                Ok(r) => r,
+                Err(r) => return refused(r),
+            };
+            let url = match self.cri.streaming_url(request).await {
+                Ok(u) => u,
+                Err(e) if e.is_not_found() => return text(StatusCode::NOT_FOUND, e.to_string()),
+                Err(e) => return text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+            };
+            debug!(pod = %target.key, session = ?target.session, "proxying a streaming session");
+            return streaming::proxy(parts, &url, cancel).await;
         }
         not_found()
     }

@@ -476,6 +476,7 @@ impl TestServer {
             auth: Authenticator::new(reviewer.clone()),
             registry: registry.clone(),
             node_name: "node1".to_string(),
+            cri: no_runtime(),
         };
         let cancel = CancellationToken::new();
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
@@ -787,6 +788,7 @@ async fn healthz_names_a_failed_check() {
         auth: Authenticator::new(fake()),
         registry: Registry::default(),
         node_name: "node1".into(),
+        cri: no_runtime(),
     };
     let get = |path: &str| {
         Request::get(path).header(header::AUTHORIZATION, "Bearer t-bob").body(()).expect("request")
@@ -810,4 +812,11 @@ async fn healthz_names_a_failed_check() {
 fn serving_is_send(server: super::Server, cancel: CancellationToken) {
     fn send<T: Send + 'static>(_: T) {}
     send(server.serve(cancel));
+}
+
+/// A CRI client whose endpoint does not exist (it connects lazily, so only a streaming request
+/// would find out).
+fn no_runtime() -> crate::cri::CriClient {
+    crate::cri::CriClient::new("unix:///nonexistent/cri.sock", "unix:///nonexistent/cri.sock")
+        .expect("lazy client")
 }

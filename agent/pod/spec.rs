@@ -229,7 +229,7 @@ pub struct ConfigError {
 
 /// Resolves the container's env list in order (the kubelet's `makeEnvironmentVariables`):
 /// `envFrom` first, then `env`, whose entries replace same-named ones, with `$(VAR)` expansion
-/// against earlier entries. `api` holds the ConfigMaps and Secrets read for a cluster pod
+/// against earlier entries and the service variables, then the service variables not set. `api` holds the ConfigMaps and Secrets read for a cluster pod
 /// (`None` for static pods, whose references to API objects then fail).
 pub fn resolve_env(
     node: &NodeConfig,
@@ -241,6 +241,9 @@ pub fn resolve_env(
     let fail = |reason: String| ConfigError { container: c.name.clone(), reason };
     let namespace = &d.key.namespace;
     let mut env: Vec<(String, String)> = crate::volumes::env::env_from(api, namespace, c).map_err(fail)?;
+    // `$(VAR)` also finds the service variables (cluster pods only).
+    let services: &[(String, String)] = api.map_or(&[], |a| a.services.as_slice());
+    let service_var = |n: &str| services.iter().find(|(k, _)| k == n).map(|(_, v)| v);
     for e in c.env.iter().flatten() {
         let value = if let Some(from) = &e.value_from {
             if let Some(field) = &from.field_ref {
@@ -258,10 +261,17 @@ pub fn resolve_env(
             }
         } else {
             let known: HashMap<String, String> = env.iter().cloned().collect();
-            expand(e.value.as_deref().unwrap_or(""), &|n| known.get(n).cloned())
+            let lookup = |n: &str| known.get(n).or_else(|| service_var(n)).cloned();
+            expand(e.value.as_deref().unwrap_or(""), &lookup)
         };
         env.retain(|(k, _)| k != &e.name);
         env.push((e.name.clone(), value));
+    }
+    // Then the service variables the container does not set itself.
+    for (k, v) in services {
+        if !env.iter().any(|(e, _)| e == k) {
+            env.push((k.clone(), v.clone()));
+        }
     }
     Ok(env)
 }
@@ -414,6 +424,9 @@ pub fn container_config_with_env(
         labels,
         annotations,
         log_path: container_log_path(&c.name, rv.restart_count),
+        stdin: c.stdin.unwrap_or(false),
+        stdin_once: c.stdin_once.unwrap_or(false),
+        tty: c.tty.unwrap_or(false),
         linux: Some(api::LinuxContainerConfig {
             resources: Some(linux_resources(c)),
             security_context: Some(security),

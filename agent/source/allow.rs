@@ -209,18 +209,10 @@ static CONTAINER: Table = Table {
         ("terminationMessagePath", Leaf),
         ("terminationMessagePolicy", Leaf),
         ("restartPolicy", Leaf),
-        (
-            "stdin",
-            Flag { ok: false, refuse: true, reason: "interactive containers are not supported by crilet" },
-        ),
-        (
-            "stdinOnce",
-            Flag { ok: false, refuse: true, reason: "interactive containers are not supported by crilet" },
-        ),
-        (
-            "tty",
-            Flag { ok: false, refuse: true, reason: "interactive containers are not supported by crilet" },
-        ),
+        // Passed to the runtime; `kubectl attach` reaches them in cluster mode.
+        ("stdin", Leaf),
+        ("stdinOnce", Leaf),
+        ("tty", Leaf),
     ],
     unknown: Unknown::Warn,
 };

@@ -20,6 +20,8 @@ pub struct EnvSources {
     pub config_maps: BTreeMap<String, Option<ConfigMap>>,
     pub secrets: BTreeMap<String, Option<Secret>>,
     pub allocatable: ResourceList,
+    /// The service environment variables (`services::service_env`), sorted by name.
+    pub services: Vec<(String, String)>,
 }
 
 impl std::fmt::Debug for EnvSources {
@@ -32,15 +34,18 @@ impl std::fmt::Debug for EnvSources {
     }
 }
 
-/// Reads every ConfigMap and Secret `c`'s env names, each once. A missing object is recorded
-/// as `None` (whether that is an error depends on `optional`); a failed read is the error.
+/// Reads every ConfigMap and Secret `c`'s env names, each once, and the service variables of the
+/// pod's namespace. A missing object is recorded as `None` (whether that is an error depends on
+/// `optional`); a failed read is the error.
 pub async fn fetch(
     api: &dyn ApiObjects,
     namespace: &str,
+    enable_service_links: bool,
     c: &Container,
     allocatable: ResourceList,
 ) -> Result<EnvSources, String> {
-    let mut out = EnvSources { allocatable, ..Default::default() };
+    let services = api.service_env(namespace, enable_service_links).await?;
+    let mut out = EnvSources { allocatable, services, ..Default::default() };
     let mut cms = Vec::new();
     let mut secrets = Vec::new();
     for f in c.env_from.iter().flatten() {

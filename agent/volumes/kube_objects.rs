@@ -1,22 +1,47 @@
 //! [`ApiObjects`] on a real API server, through kube-rs.
 
+use std::time::Duration;
+
+use futures::StreamExt;
 use futures::future::BoxFuture;
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service, ServiceAccount};
 use kube::api::{Api, PostParams};
+use kube::runtime::{WatchStreamExt, reflector, watcher};
+use tracing::warn;
 
 use super::{ApiObjects, IssuedToken, PodTokenRequest};
 
+/// How long a container start waits for the first list of services before it fails with the
+/// kubelet's "services have not yet been read" (and is retried).
+const SERVICES_FIRST_LIST: Duration = Duration::from_secs(10);
+
 /// Reads ConfigMaps and Secrets and requests tokens with the node's client (the node
-/// authorizer lets a node read only what its own pods name).
+/// authorizer lets a node read only what its own pods name), and keeps every Service in a
+/// store fed by a watch (for service environment variables, as the kubelet's informer).
 #[derive(Clone)]
 pub struct KubeObjects {
     pub client: kube::Client,
+    services: reflector::Store<Service>,
 }
 
 impl KubeObjects {
+    /// Starts the watch of services (it lasts as long as the agent, relisting after outages).
     pub fn new(client: kube::Client) -> Self {
-        Self { client }
+        let (services, writer) = reflector::store();
+        let stream =
+            reflector(writer, watcher(Api::<Service>::all(client.clone()), watcher::Config::default()))
+                .default_backoff()
+                .touched_objects();
+        tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            while let Some(r) = stream.next().await {
+                if let Err(e) = r {
+                    warn!(error = %e, "watching services failed; retrying with back-off");
+                }
+            }
+        });
+        Self { client, services }
     }
 }
 
@@ -76,6 +101,25 @@ impl ApiObjects for KubeObjects {
             let status =
                 out.status.ok_or_else(|| "the TokenRequest came back without a status".to_string())?;
             Ok(IssuedToken { token: status.token, expires_at: status.expiration_timestamp.0 })
+        })
+    }
+
+    fn service_env<'a>(
+        &'a self,
+        namespace: &'a str,
+        enable_service_links: bool,
+    ) -> BoxFuture<'a, Result<Vec<(String, String)>, String>> {
+        Box::pin(async move {
+            match tokio::time::timeout(SERVICES_FIRST_LIST, self.services.wait_until_ready()).await {
+                Ok(Ok(())) => {}
+                _ => {
+                    return Err(
+                        "services have not yet been read at least once, cannot construct envvars".into()
+                    );
+                }
+            }
+            let all = self.services.state();
+            Ok(super::services::service_env(all.iter().map(|s| &**s), namespace, enable_service_links))
         })
     }
 }

@@ -161,7 +161,8 @@ impl VolumeManager {
     /// The error is the kubelet's `CreateContainerConfigError` text.
     pub async fn env_sources(&self, pod: &Pod, container: &Container) -> Result<EnvSources, String> {
         let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
-        env::fetch(&*self.api, namespace, container, self.allocatable()).await
+        let links = pod.spec.as_ref().and_then(|s| s.enable_service_links).unwrap_or(true);
+        env::fetch(&*self.api, namespace, links, container, self.allocatable()).await
     }
 
     /// Tests: makes the last read of a pod's objects `by` older (time passing, without sleeps).

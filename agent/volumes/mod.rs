@@ -15,6 +15,7 @@ mod kube_objects;
 mod manager;
 pub mod projection;
 pub mod pull_secrets;
+pub mod services;
 pub mod token;
 
 #[cfg(test)]
@@ -78,6 +79,12 @@ pub trait ApiObjects: Send + Sync {
         &'a self,
         request: &'a PodTokenRequest,
     ) -> BoxFuture<'a, Result<IssuedToken, String>>;
+    /// The service environment variables of a pod in `namespace` ([`services::service_env`]).
+    fn service_env<'a>(
+        &'a self,
+        namespace: &'a str,
+        enable_service_links: bool,
+    ) -> BoxFuture<'a, Result<Vec<(String, String)>, String>>;
 }
 
 /// The plugin directory name of an API-backed volume (`kubernetes.io~configmap`, ...).

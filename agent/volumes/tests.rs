@@ -32,6 +32,9 @@ struct FakeApi {
     token_ttl: Mutex<i64>,
     fail: Mutex<Option<String>>,
     calls: Mutex<Vec<String>>,
+    /// The service variables of namespace `prod`, with links on (the master service's only
+    /// when off).
+    services: Mutex<Vec<(String, String)>>,
 }
 
 impl FakeApi {
@@ -105,6 +108,17 @@ impl ApiObjects for FakeApi {
             let ttl = *self.token_ttl.lock().expect("lock");
             let expires_at = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(ttl);
             Ok(IssuedToken { token: format!("jwt-{n}"), expires_at })
+        })
+    }
+
+    fn service_env<'a>(
+        &'a self,
+        _namespace: &'a str,
+        links: bool,
+    ) -> BoxFuture<'a, Result<Vec<(String, String)>, String>> {
+        Box::pin(async move {
+            let all = self.services.lock().expect("lock").clone();
+            Ok(all.into_iter().filter(|(k, _)| links || k.starts_with("KUBERNETES_")).collect())
         })
     }
 }
@@ -658,12 +672,12 @@ async fn env_objects_are_read_once_each() {
         env: Some(vec![from("A2", cm_key("app", "A", None)), from("B", secret_key("gone", "B", Some(true)))]),
         ..Default::default()
     };
-    let sources = env::fetch(&*api, "prod", &c, ResourceList::new()).await.expect("fetch");
+    let sources = env::fetch(&*api, "prod", true, &c, ResourceList::new()).await.expect("fetch");
     assert_eq!(api.calls(), ["cm prod/app", "secret prod/gone"]);
     assert!(sources.secrets.get("gone").is_some_and(Option::is_none));
     assert!(!format!("{sources:?}").contains('1'), "no values in Debug: {sources:?}");
     *api.fail.lock().expect("lock") = Some("etcdserver: request timed out".into());
-    let err = env::fetch(&*api, "prod", &c, ResourceList::new()).await.expect_err("API down");
+    let err = env::fetch(&*api, "prod", true, &c, ResourceList::new()).await.expect_err("API down");
     assert_eq!(err, "etcdserver: request timed out");
 }
 
@@ -703,4 +717,54 @@ fn the_manager_is_shareable() {
     fn shareable<T: Send + Sync + 'static>() {}
     shareable::<VolumeManager>();
     shareable::<KubeObjects>();
+}
+
+#[tokio::test]
+async fn service_variables_come_after_the_containers_own_and_expand_in_them() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let n = node(tmp.path());
+    let api = FakeApi::new();
+    *api.services.lock().expect("lock") = vec![
+        ("DB_SERVICE_HOST".into(), "10.0.0.7".into()),
+        ("KUBERNETES_SERVICE_HOST".into(), "10.0.0.1".into()),
+    ];
+    let vm = VolumeManager::new(api.clone(), &n, ResourceList::new(), Duration::from_secs(60));
+    let c = Container {
+        name: "app".into(),
+        env: Some(vec![
+            EnvVar {
+                name: "URL".into(),
+                value: Some("http://$(DB_SERVICE_HOST):5432".into()),
+                ..Default::default()
+            },
+            EnvVar {
+                name: "KUBERNETES_SERVICE_HOST".into(),
+                value: Some("mine".into()),
+                ..Default::default()
+            },
+        ]),
+        ..Default::default()
+    };
+    let kv = |v: &[(&str, &str)]| v.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<Vec<_>>();
+    for (links, want) in [
+        (
+            None,
+            kv(&[
+                ("URL", "http://10.0.0.7:5432"),
+                ("KUBERNETES_SERVICE_HOST", "mine"),
+                ("DB_SERVICE_HOST", "10.0.0.7"),
+            ]),
+        ),
+        // enableServiceLinks: false keeps only the master service's variables.
+        (Some(false), kv(&[("URL", "http://$(DB_SERVICE_HOST):5432"), ("KUBERNETES_SERVICE_HOST", "mine")])),
+    ] {
+        let mut p = pod(vec![]);
+        if let Some(s) = p.spec.as_mut() {
+            s.containers = vec![c.clone()];
+            s.enable_service_links = links;
+        }
+        let sources = vm.env_sources(&p, &c).await.expect("sources");
+        let got = resolve_env(&n, &desired(p), &c, &RuntimeValues::default(), Some(&sources)).expect("env");
+        assert_eq!(got, want, "enableServiceLinks {links:?}");
+    }
 }

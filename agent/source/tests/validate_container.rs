@@ -123,13 +123,6 @@ fn container_cases() {
             "duplicate host port 8080/TCP",
         ),
         (
-            "stdin",
-            |v| set(v, "/spec/containers/0/stdin", json!(true)),
-            "spec.containers[0].stdin",
-            "interactive",
-        ),
-        ("tty", |v| set(v, "/spec/containers/0/tty", json!(true)), "spec.containers[0].tty", "interactive"),
-        (
             "cpu limit not a quantity",
             |v| set(v, "/spec/containers/0/resources", json!({"limits": {"cpu": "lots"}})),
             "spec.containers[0].resources.limits.cpu",
