@@ -3,6 +3,7 @@
 # v1.36.3) against ONE crilet node joined to hack/cluster.sh's control plane.
 #
 # Usage: hack/e2e.sh [run] [--focus RE] [--skip RE] [--limit N] [--nodes N] [--timeout DUR]
+#                          [--crilet-bin PATH]
 #        hack/e2e.sh build     build e2e.test, ginkgo and agnhost only (cached by version)
 #        hack/e2e.sh images    build/push the test images into the local registry only
 #        hack/e2e.sh list      the specs the focus/skip select (dry run, no cluster needed)
@@ -13,6 +14,7 @@
 #   --limit N     run only the first N specs (in ginkgo's alphabetical order) of the selection
 #   --nodes N     ginkgo parallel processes (default 1: serial, as one node on 2 cores)
 #   --timeout D   the suite's ginkgo timeout (default 3h)
+#   --crilet-bin P  run this crilet binary instead of `cargo build --release`'s
 #   -v            show build output as it comes
 # Exit status: 0 when every selected spec passed, 1 when one failed (or a step failed).
 #
@@ -43,7 +45,10 @@
 #      for the Node to be Ready and untainted;
 #   5. e2e.test with the admin kubeconfig, --provider skeleton, the focus/skip, a JUnit report
 #      and log in /var/lib/crilet-dev/logs/e2e-<stamp>/ (e2e.log, junit_01.xml, summary.txt);
-#   6. afterwards (also on failure or Ctrl-C): stops the crilet node by pid, force-deletes its
+#      Every pod created in an e2e namespace is pinned to that node (a MutatingAdmissionPolicy
+#      adds nodeSelector crilet.io/e2e=true and rewrites a foreign spec.nodeName), so other
+#      nodes in the cluster (tests, benchmarks) never get the suite's pods;
+#   6. afterwards (also on failure or Ctrl-C): removes that policy, stops the crilet node by pid, force-deletes its
 #      pods and Node, deletes the namespaces the run created, and removes the node's containers
 #      (by its pod UIDs only) — other nodes' pods are never touched;
 #   7. prints passed/failed/skipped and the failed specs.
@@ -87,8 +92,9 @@ SKIP=''
 LIMIT=0
 NODES=1
 TIMEOUT=3h
+CRILET_BIN_ARG=""
 
-usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//' >&2; exit "${1:-2}"; }
+usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2; exit "${1:-2}"; }
 
 k8s_go() { nice -n 10 env "${K8S_GOENV[@]}" go "$@"; }
 
@@ -395,6 +401,8 @@ node_pods() {
         -o jsonpath='{range .items[*]}{.metadata.namespace}/{.metadata.name} {.metadata.uid}{"\n"}{end}'
 }
 
+no_node_pods() { [ -z "$(node_pods 2>/dev/null || echo x)" ]; }
+
 # node_state_unmount — unmount whatever is mounted under the node's directory (emptyDir or
 # volume mounts a stopped agent may leave; only paths of ours).
 node_state_unmount() {
@@ -421,7 +429,7 @@ drain_node() {
     log "deleting the $(grep -c . <<<"$left") pod(s) left on $E2E_NODE"
     kc delete pods -A --field-selector "spec.nodeName=$E2E_NODE" --grace-period=5 --wait=false >/dev/null 2>&1 || true
     if e2e_node_pid >/dev/null; then
-        wait_for "$secs" "the pods on $E2E_NODE to be gone" test -z "$(node_pods 2>/dev/null || echo x)" || true
+        wait_for "$secs" "the pods on $E2E_NODE to be gone" no_node_pods || true
     fi
     left="$(node_pods 2>/dev/null || true)"
     if [ -n "$left" ]; then
@@ -491,6 +499,60 @@ node_ready() {
     n="$(kc get node "$E2E_NODE" -o json 2>/dev/null)" || return 1
     jq -e '([.status.conditions[]? | select(.type == "Ready" and .status == "True")] | length == 1)
         and ([.spec.taints[]? | select(.key | startswith("node.kubernetes.io/"))] | length == 0)' <<<"$n" >/dev/null
+}
+
+# The run's pods go to our node only: other crilet nodes (tests, benchmarks) may be Ready in
+# the same cluster, and the scheduler would spread the suite's pods over them. A
+# MutatingAdmissionPolicy (admissionregistration.k8s.io/v1) adds the node selector
+# crilet.io/e2e=true (our node's label) to every pod created in an e2e namespace (label
+# e2e-framework), and points a pod that names another node in spec.nodeName at ours, as a
+# one-node cluster would.
+PIN_POLICY=crilet-e2e-pin
+pin_policy() {
+    cat <<EOF
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicy
+metadata:
+  name: $PIN_POLICY
+spec:
+  failurePolicy: Fail
+  reinvocationPolicy: Never
+  matchConstraints:
+    namespaceSelector:
+      matchExpressions: [{key: $E2E_NS_LABEL, operator: Exists}]
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: ["v1"]
+      operations: ["CREATE"]
+      resources: ["pods"]
+  mutations:
+  - patchType: JSONPatch
+    jsonPatch:
+      expression: >
+        (has(object.spec.nodeSelector)
+          ? [JSONPatch{op: "add", path: "/spec/nodeSelector/crilet.io~1e2e", value: "true"}]
+          : [JSONPatch{op: "add", path: "/spec/nodeSelector", value: {"crilet.io/e2e": "true"}}])
+        + (has(object.spec.nodeName) && object.spec.nodeName != "" && object.spec.nodeName != "$E2E_NODE"
+          ? [JSONPatch{op: "replace", path: "/spec/nodeName", value: "$E2E_NODE"}] : [])
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicyBinding
+metadata:
+  name: $PIN_POLICY
+spec:
+  policyName: $PIN_POLICY
+EOF
+}
+pin_pods() {
+    pin_policy | kc apply -f - >/dev/null || die "could not create the MutatingAdmissionPolicy $PIN_POLICY"
+    # Admission picks a new policy up within a second or so.
+    sleep 3
+    log "pods in e2e namespaces are pinned to $E2E_NODE (MutatingAdmissionPolicy $PIN_POLICY)"
+}
+unpin_pods() {
+    cluster_answers || return 0
+    kc delete mutatingadmissionpolicybinding "$PIN_POLICY" --ignore-not-found >/dev/null 2>&1 || true
+    kc delete mutatingadmissionpolicy "$PIN_POLICY" --ignore-not-found >/dev/null 2>&1 || true
 }
 
 # other_schedulable_nodes — Ready, untainted nodes besides ours (pods of the run may land there).
@@ -598,6 +660,7 @@ cleanup_run() {
     trap - EXIT INT TERM
     if [ -n "$RUN_DIR" ]; then
         delete_e2e_namespaces "$NS_BEFORE" || true
+        unpin_pods
         drain_node 180 || true
         stop_node
         if cluster_answers; then kc delete node "$E2E_NODE" --wait=false >/dev/null 2>&1 || true; fi
@@ -614,28 +677,34 @@ cmd_run() {
     bash "$HACK_DIR/cluster.sh" up 8>&- || die "hack/cluster.sh (up) failed"
     build_e2e
     build_images
-    log "building crilet (cargo build --release)"
-    (cd "$REPO_ROOT" && VERBOSE_LOG="$LOG_DIR/e2e-cargo.log" quietly nice -n 10 cargo build --release --bins) ||
-        die "cargo build --release failed; see $LOG_DIR/e2e-cargo.log"
+    if [ -z "$CRILET_BIN_ARG" ]; then
+        log "building crilet (cargo build --release)"
+        (cd "$REPO_ROOT" && VERBOSE_LOG="$LOG_DIR/e2e-cargo.log" quietly nice -n 10 cargo build --release --bins 8>&-) ||
+            die "cargo build --release failed; see $LOG_DIR/e2e-cargo.log"
+    fi
     stamp="$(date -u +%Y%m%dT%H%M%SZ)"
     RUN_DIR="$LOG_DIR/e2e-$stamp"
     mkdir -p "$RUN_DIR"
+    # The node runs a copy: a rebuild in the working tree during the run changes nothing.
+    install -m 0755 "${CRILET_BIN_ARG:-$CRILET_BIN}" "$RUN_DIR/crilet"
+    CRILET_BIN="$RUN_DIR/crilet"
     select_specs "$RUN_DIR"
     NS_BEFORE="$RUN_DIR/namespaces-before.txt"
     kc get ns -o jsonpath='{range .items[*]}{.metadata.name}{"\n"}{end}' >"$NS_BEFORE"
     trap cleanup_run EXIT
     trap 'exit 130' INT TERM
+    pin_pods
     start_node
     others="$(other_schedulable_nodes | paste -sd' ' || true)"
     if [ -n "$others" ]; then
-        warn "other schedulable nodes in the cluster: $others — the scheduler may place some of the run's pods there"
+        log "other schedulable nodes in the cluster: $others (the run's pods are pinned to $E2E_NODE)"
         echo "other schedulable nodes at start: $others" >"$RUN_DIR/other-nodes.txt"
     fi
     {
         echo "date: $(date -u '+%F %T UTC')"
         echo "crilet commit: $(git -C "$REPO_ROOT" rev-parse HEAD 2>/dev/null)"
         echo "uncommitted changes: $(git -C "$REPO_ROOT" status --porcelain --untracked-files=no 2>/dev/null | awk '{print $2}' | paste -sd' ' || true)"
-        echo "crilet: $("$CRILET_BIN" --version 2>/dev/null)"
+        echo "crilet: $("$CRILET_BIN" --version 2>/dev/null), binary ${CRILET_BIN_ARG:-$REPO_ROOT/target/release/crilet} (built $(date -u -r "${CRILET_BIN_ARG:-$REPO_ROOT/target/release/crilet}" '+%F %T UTC'), sha256 $(sha256sum "$CRILET_BIN" | cut -c1-16))"
         echo "kubernetes: $K8S_VERSION (control plane and e2e.test), runtime $CRILET_RUNTIME_VERSION"
         echo "focus: ${FOCUS_ARGS[*]:0:2}$([ "${#FOCUS_ARGS[@]}" -gt 2 ] && echo " ... (${SELECTED} specs, --limit $LIMIT)")"
         echo "skip: ${SKIP:-none}  nodes: $NODES"
@@ -666,6 +735,7 @@ cmd_list() {
 # bound to the e2e node, the Node, the node's state.
 cmd_clean() {
     delete_e2e_namespaces || true
+    unpin_pods
     if e2e_node_pid >/dev/null; then drain_node 120 || true; fi
     stop_node
     if cluster_answers; then
@@ -701,6 +771,7 @@ main() {
             --limit) LIMIT="${2:?--limit needs a value}"; shift 2 ;;
             --nodes) NODES="${2:?--nodes needs a value}"; shift 2 ;;
             --timeout) TIMEOUT="${2:?--timeout needs a value}"; shift 2 ;;
+            --crilet-bin) CRILET_BIN_ARG="$(realpath "${2:?--crilet-bin needs a value}")"; shift 2 ;;
             -v) CRILET_VERBOSE=1; shift ;;
             -h | --help) usage 0 ;;
             *) echo "unknown argument: $1" >&2; usage ;;
@@ -719,4 +790,5 @@ main() {
     esac
 }
 
-main "$@"
+# One line: bash reads a script as it runs it, so nothing after this is ever read.
+main "$@"; exit

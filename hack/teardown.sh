@@ -11,7 +11,8 @@
 #             The control plane of hack/cluster.sh is stopped (`cluster.sh down --purge`: its
 #             processes by pid file, then its PKI, kubeconfigs, node identities, etcd data, pid
 #             files and env file are removed); its binaries and Go build caches
-#             (/var/lib/crilet-dev/k8s) are kept.
+#             (/var/lib/crilet-dev/k8s) are kept. Before that, hack/e2e.sh's node is cleaned
+#             up (`e2e.sh clean`: its crilet by pid, its pods, the e2e namespaces, its state).
 #   --all     also delete /var/lib/crilet-dev and /run/crilet-dev entirely (the cluster's
 #             binaries and build caches with them: the next hack/cluster.sh builds ~10 min).
 #   --keep-registry  leave the registry running (setup.sh switching runtimes; critest uses it).
@@ -26,7 +27,7 @@ for arg in "$@"; do
     case "$arg" in
         --all) ALL=1 ;;
         --keep-registry) KEEP_REGISTRY=1 ;;
-        -h | --help) sed -n '2,19p' "$0"; exit 0 ;;
+        -h | --help) sed -n '2,20p' "$0"; exit 0 ;;
         *) die "unknown argument: $arg (usage: $0 [--all | --keep-registry])" ;;
     esac
 done
@@ -283,6 +284,8 @@ remove_agent_state() {
 # file, and its /hostvarrun link. Its binaries and Go caches (/var/lib/crilet-dev/kruise) stay.
 bash "$HACK_DIR/kruise.sh" down || warn "hack/kruise.sh down failed; kruise-manager or a kruise-daemon may still run"
 stop_crilet
+# hack/e2e.sh's node (crilet-e2e): its agent by pid, its pods, e2e namespaces, Node and state.
+bash "$HACK_DIR/e2e.sh" clean || warn "hack/e2e.sh clean failed; the e2e node may still run"
 # The cluster after crilet (its client), before containerd (they do not depend on each other).
 bash "$HACK_DIR/cluster.sh" down --purge || warn "hack/cluster.sh down failed; the control plane may still run"
 
