@@ -702,6 +702,30 @@ spec:
         .unwrap()
         .duration_since(finished.parse::<jiff::Timestamp>().unwrap());
     assert!(gap.as_secs_f64() < 3.0, "restarted {gap:?} after the exit");
+
+    // Another writer sets the node's Ready condition False (as Kruise does when it closes its
+    // gate, or the node lifecycle controller for an unreachable node): the node puts its own
+    // status back, as the kubelet's status manager does on its next reconcile (10 s).
+    let patch =
+        json!({"status": {"conditions": [{"type": "Ready", "status": "False", "reason": "SomeoneElse"}]}});
+    let t0 = Instant::now();
+    k.kubectl_ok(&[
+        "patch",
+        "pod",
+        &name,
+        "--subresource",
+        "status",
+        "--type",
+        "strategic",
+        "-p",
+        &patch.to_string(),
+    ]);
+    k.node
+        .wait_pod(&name, "Ready=True again", Duration::from_secs(30), |p| {
+            api_condition(p, "Ready") == Some("True")
+        })
+        .await;
+    println!("a foreign Ready=False was put back after {:.1} s", t0.elapsed().as_secs_f64());
 }
 
 /// An ImagePullJob makes kruise-daemon pull an image onto the crilet node (over CRI, the

@@ -1,6 +1,6 @@
 //! The status writer: what the workers publish for API pods goes to `pods/status`, as the
-//! kubelet's status manager does it: only on change, the newest status of each pod (bursts
-//! coalesce), the conditions the node owns merged by type (a controller's readiness-gate
+//! kubelet's status manager does it: only on change (or when another writer changed the node's
+//! part of it since), the newest status of each pod (bursts coalesce), the conditions the node owns merged by type (a controller's readiness-gate
 //! condition is kept), the pod's UID as precondition, and retried until it lands.
 
 use std::collections::BTreeMap;
@@ -21,6 +21,11 @@ use crate::registry::Registry;
 
 /// How soon a failed write is tried again (and at most how long a coalesced burst waits).
 const RETRY: Duration = Duration::from_secs(1);
+/// How long another writer's change of the node's part of a status stands before the node
+/// writes its own again (the kubelet's status manager reconciles every 10 s). Not at once: the
+/// change may be news the node has yet to compute with (OpenKruise closes its readiness gate
+/// and writes Ready=False in one update, before the node has seen the gate).
+const RECONCILE: Duration = Duration::from_secs(10);
 
 /// The strategic-merge patch of a pod's status as the node reports it; `None` fields are left
 /// out, conditions the node does not own are not sent (the API server keeps them).
@@ -50,6 +55,38 @@ pub fn status_patch(uid: &str, status: &PodStatus) -> Value {
     json!({ "metadata": { "uid": uid }, "status": v })
 }
 
+/// Does the API show, against what the node wrote, another phase or another status of a
+/// condition the node owns? Another writer changed it: the node lifecycle controller marking
+/// pods not ready, OpenKruise writing Ready=False when it closes its readiness gate. The
+/// kubelet's status manager puts its own status back then (its reconcile with the API's copy);
+/// so does crilet.
+pub fn api_contradicts(api: &Pod, status: &PodStatus) -> bool {
+    let Some(shown) = api.status.as_ref() else { return true };
+    if status.phase.is_some() && shown.phase != status.phase {
+        return true;
+    }
+    let conds = shown.conditions.as_deref().unwrap_or_default();
+    status
+        .conditions
+        .iter()
+        .flatten()
+        .filter(|c| NODE_OWNED.contains(&c.type_.as_str()))
+        .any(|c| conds.iter().find(|a| a.type_ == c.type_).is_none_or(|a| a.status != c.status))
+}
+
+/// Is the resourceVersion the API shows (`seen`) newer than the one the node's write made
+/// (`ours`)? Only then is a contradiction someone else's write, not a watch that has not caught
+/// up with ours yet. (etcd's revisions are numbers; anything else counts when it differs.)
+pub fn newer(seen: Option<&str>, ours: Option<&str>) -> bool {
+    match (seen, ours) {
+        (Some(s), Some(o)) => match (s.parse::<u64>(), o.parse::<u64>()) {
+            (Ok(s), Ok(o)) => s > o,
+            _ => s != o,
+        },
+        _ => false,
+    }
+}
+
 /// The patch that fails a pod refused at admission.
 pub fn rejection_patch(uid: &str, reason: &str, message: &str) -> Value {
     json!({ "metadata": { "uid": uid }, "status": { "phase": "Failed", "reason": reason, "message": message } })
@@ -64,12 +101,17 @@ pub async fn run(
     cancel: CancellationToken,
 ) {
     let mut changes = registry.pod_changes();
-    // The last patch that landed, by pod UID.
-    let mut sent: BTreeMap<String, Value> = BTreeMap::new();
+    // The last patch that landed, by pod UID, with the resourceVersion it made.
+    let mut sent: BTreeMap<String, (Value, Option<String>)> = BTreeMap::new();
+    // Since when the API has contradicted the node's last write, by pod UID.
+    let mut contradicted_since: BTreeMap<String, tokio::time::Instant> = BTreeMap::new();
     let mut retry;
+    let mut reconcile_at: Option<tokio::time::Instant>;
     loop {
         let current = api.borrow_and_update().clone();
-        let mut wanted: BTreeMap<String, (String, String, Value)> = BTreeMap::new();
+        // By target UID: namespace, name, patch, and (when the API contradicts the status)
+        // the resourceVersion it shows.
+        let mut wanted: BTreeMap<String, (String, String, Value, Option<String>)> = BTreeMap::new();
         for record in registry.pods() {
             let Some(status) = record.pod.status.as_ref() else { continue };
             let uid = record.pod.metadata.uid.clone().unwrap_or_default();
@@ -84,32 +126,48 @@ pub async fn run(
             };
             if let Some(target) = target {
                 let patch = status_patch(&target, status);
-                wanted.insert(target, (key.namespace, key.name, patch));
+                let contradicted = api_contradicts(in_api, status)
+                    .then(|| in_api.metadata.resource_version.clone())
+                    .flatten();
+                wanted.insert(target, (key.namespace, key.name, patch, contradicted));
             }
         }
         for (uid, (key, r)) in rejections.borrow_and_update().iter() {
             wanted.insert(
                 uid.clone(),
-                (key.namespace.clone(), key.name.clone(), rejection_patch(uid, &r.reason, &r.message)),
+                (key.namespace.clone(), key.name.clone(), rejection_patch(uid, &r.reason, &r.message), None),
             );
         }
         sent.retain(|uid, _| wanted.contains_key(uid));
+        contradicted_since.retain(|uid, _| wanted.contains_key(uid));
         retry = false;
-        for (uid, (ns, name, patch)) in wanted {
-            if sent.get(&uid) == Some(&patch) {
-                continue;
+        reconcile_at = None;
+        for (uid, (ns, name, patch, contradicted)) in wanted {
+            if let Some((_, ours)) = sent.get(&uid).filter(|(last, _)| *last == patch) {
+                if !newer(contradicted.as_deref(), ours.as_deref()) {
+                    contradicted_since.remove(&uid);
+                    continue;
+                }
+                let since = *contradicted_since.entry(uid.clone()).or_insert_with(tokio::time::Instant::now);
+                if since.elapsed() < RECONCILE {
+                    let at = since + RECONCILE;
+                    reconcile_at = Some(reconcile_at.map_or(at, |r| r.min(at)));
+                    continue;
+                }
+                debug!(pod = %format!("{ns}/{name}"), "another writer changed the node's part of the pod status; writing it again");
             }
+            contradicted_since.remove(&uid);
             let pods: Api<Pod> = Api::namespaced(link.client.clone(), &ns);
             match pods.patch_status(&name, &PatchParams::default(), &Patch::Strategic(&patch)).await {
-                Ok(_) => {
+                Ok(written) => {
                     debug!(pod = %format!("{ns}/{name}"), "pod status written");
                     link.api_ok();
-                    sent.insert(uid, patch);
+                    sent.insert(uid, (patch, written.metadata.resource_version));
                 }
                 Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {
                     // Gone, or another pod of that name now: nothing to write any more.
                     debug!(pod = %format!("{ns}/{name}"), code = s.code, "pod status not written: the pod is gone");
-                    sent.insert(uid, patch);
+                    sent.insert(uid, (patch, None));
                 }
                 Err(e) => {
                     warn!(pod = %format!("{ns}/{name}"), error = %e, "writing pod status failed; retrying");
@@ -126,6 +184,68 @@ pub async fn run(
             // A pod (or a new mirror pod) the API did not have before may need its status.
             r = api.changed() => if r.is_err() { return },
             _ = tokio::time::sleep(RETRY), if retry => {}
+            _ = tokio::time::sleep_until(reconcile_at.unwrap_or_else(tokio::time::Instant::now)), if reconcile_at.is_some() => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::PodCondition;
+
+    use super::*;
+
+    fn cond(t: &str, s: &str) -> PodCondition {
+        PodCondition { type_: t.into(), status: s.into(), ..Default::default() }
+    }
+
+    fn status(phase: &str, conds: &[(&str, &str)]) -> PodStatus {
+        PodStatus {
+            phase: Some(phase.into()),
+            conditions: Some(conds.iter().map(|(t, s)| cond(t, s)).collect()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn contradictions() {
+        let ours = status("Running", &[("Ready", "True"), ("ContainersReady", "True")]);
+        let api = |s: PodStatus| Pod { status: Some(s), ..Default::default() };
+        let cases = [
+            ("the same", api(ours.clone()), false),
+            (
+                "a controller's condition besides: not the node's business",
+                api(status(
+                    "Running",
+                    &[("Ready", "True"), ("ContainersReady", "True"), ("InPlaceUpdateReady", "False")],
+                )),
+                false,
+            ),
+            (
+                "Ready=False written by another (OpenKruise, the node lifecycle controller)",
+                api(status("Running", &[("Ready", "False"), ("ContainersReady", "True")])),
+                true,
+            ),
+            ("a condition of the node's missing", api(status("Running", &[("Ready", "True")])), true),
+            (
+                "another phase",
+                api(status("Pending", &[("Ready", "True"), ("ContainersReady", "True")])),
+                true,
+            ),
+            ("no status at all", Pod::default(), true),
+        ];
+        for (name, pod, want) in cases {
+            assert_eq!(api_contradicts(&pod, &ours), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn newer_versions() {
+        assert!(newer(Some("120"), Some("100")), "a write after ours");
+        assert!(!newer(Some("90"), Some("100")), "a watch behind our write");
+        assert!(!newer(Some("100"), Some("100")), "our own write");
+        assert!(!newer(None, Some("100")), "no contradiction");
+        assert!(!newer(Some("120"), None), "a pod that was gone when we wrote");
+        assert!(newer(Some("b"), Some("a")), "not numbers: any other version");
     }
 }
