@@ -271,6 +271,10 @@ fi
     echo
     echo "Reproduce: \`hack/bench.sh\` as root (\`--help\` for options)."
 } >"$REPORT.tmp"
+# hack/bench-cluster.sh's section (from its marker line to the end) is kept as it was.
+if [ -f "$REPORT" ] && grep -qxF "<!-- hack/bench-cluster.sh -->" "$REPORT"; then
+    { echo; sed -n '/^<!-- hack\/bench-cluster\.sh -->$/,$p' "$REPORT"; } >>"$REPORT.tmp"
+fi
 mv "$REPORT.tmp" "$REPORT"
 log "report written to $REPORT (the benchmarks' own output is in $WORK)"
 if [ "${#failed[@]}" -gt 0 ]; then

@@ -383,6 +383,22 @@ ensure_pki() {
     issue_cert "$PKI/admin" "/O=system:masters/CN=admin" clientAuth
     issue_cert "$PKI/apiserver-kubelet-client" "/O=system:masters/CN=kube-apiserver-kubelet-client" clientAuth
     write_kubeconfig "$CLUSTER_ADMIN_KUBECONFIG" admin "$PKI/admin.crt" "$PKI/admin.key"
+    ensure_audit_policy
+}
+
+# The API server audits what node identities (group system:nodes) ask, at Metadata level and
+# nothing else: the benchmark counts a node agent's requests from it (hack/bench-cluster.sh), and
+# it shows which objects a node reads (the Node authorizer lets it read only its own pods' own).
+ensure_audit_policy() {
+    write_file "$CLUSTER_AUDIT_POLICY" <<EOF || true
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  userGroups: ["system:nodes"]
+- level: None
+EOF
 }
 
 # ------------------------------------------------------------------------------------------
@@ -446,6 +462,8 @@ component_argv() {
                 --service-account-issuer https://kubernetes.default.svc
                 --service-account-key-file "$SA_PUB"
                 --service-account-signing-key-file "$SA_KEY"
+                --audit-policy-file "$CLUSTER_AUDIT_POLICY" --audit-log-path "$CLUSTER_AUDIT_LOG"
+                --audit-log-maxsize 100 --audit-log-maxbackup 1
                 --profiling=false) ;;
         kube-controller-manager)
             ARGV=("$bin" --kubeconfig "$CLUSTER_ADMIN_KUBECONFIG"
@@ -563,6 +581,7 @@ CRILET_CLUSTER_VERSION=$K8S_VERSION
 CRILET_CLUSTER_BIN_DIR=$K8S_BIN_DIR
 CRILET_CLUSTER_SERVICE_CIDR=$SERVICE_CIDR
 CRILET_CLUSTER_ETCD_ENDPOINT=http://127.0.0.1:$CLUSTER_ETCD_CLIENT_PORT
+CRILET_CLUSTER_AUDIT_LOG=$CLUSTER_AUDIT_LOG
 EOF
 }
 

@@ -134,6 +134,9 @@ CLUSTER_PKI="$CLUSTER_DIR/pki"
 CLUSTER_ETCD_DATA="$CLUSTER_DIR/etcd"
 CLUSTER_ADMIN_KUBECONFIG="$CLUSTER_DIR/admin.kubeconfig"
 CLUSTER_NODES_DIR="$CLUSTER_DIR/nodes"
+CLUSTER_AUDIT_POLICY="$CLUSTER_DIR/audit-policy.yaml"
+# What node identities asked the API server (JSON lines; see hack/cluster.sh ensure_audit_policy).
+CLUSTER_AUDIT_LOG="$LOG_DIR/cluster-audit.log"
 # Runtime: pid files and the env file.
 CLUSTER_RUN="$CRILET_RUN/cluster"
 CLUSTER_ENV_FILE="$CLUSTER_RUN/env"

@@ -21,6 +21,8 @@ pub struct Scenario {
     pub how: String,
     pub rows: Vec<Row>,
     pub notes: Vec<String>,
+    /// The baseline column's heading ("" = "baseline (raw CRI)").
+    pub baseline_label: String,
 }
 
 #[derive(Serialize, Default, Clone)]
@@ -86,7 +88,9 @@ fn cell(s: &str) -> String {
 impl Scenario {
     pub fn markdown(&self) -> String {
         let mut out = format!("\n### {}\n\n{}\n\n", self.title, self.how);
-        out.push_str("| metric | baseline (raw CRI) | crilet | ratio | target | met |\n");
+        let baseline =
+            if self.baseline_label.is_empty() { "baseline (raw CRI)" } else { &self.baseline_label };
+        out.push_str(&format!("| metric | {baseline} | crilet | ratio | target | met |\n"));
         out.push_str("| --- | --- | --- | --- | --- | --- |\n");
         for r in &self.rows {
             out.push_str(&format!(

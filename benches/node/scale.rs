@@ -241,5 +241,6 @@ pub async fn run(ctx: &Ctx) -> Scenario {
             "After the window: {} container restarts (expected 0), {} pods not Ready (expected 0).",
             cost.restarts, cost.not_ready
         )],
+        ..Default::default()
     }
 }

@@ -110,6 +110,7 @@ pub async fn sequential(ctx: &Ctx) -> Scenario {
         ),
         rows: vec![ratio_row("start → container running", &raw, &cri, "ms", Some(1.10))],
         notes: vec![],
+        ..Default::default()
     }
 }
 
@@ -155,5 +156,6 @@ pub async fn burst(ctx: &Ctx) -> Scenario {
             each,
         ],
         notes: vec![],
+        ..Default::default()
     }
 }

@@ -263,5 +263,6 @@ pub async fn run(ctx: &Ctx) -> Scenario {
              lands inside −100 … 0 ms must send the kill itself a little before it."
                 .into(),
         ],
+        ..Default::default()
     }
 }

@@ -1,0 +1,328 @@
+//! The two node agents under test, each started fresh for its phase and stopped after it: the
+//! upstream kubelet (hack/cluster.sh's build, node `localhost`) and crilet (this build, node
+//! `crilet-bench`), both on the same containerd and the same control plane.
+//!
+//! They never run at the same time: the kubelet kills every running pod of the runtime that it
+//! does not know (its orphan cleanup), crilet's included.
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Node;
+use kube::Api;
+
+use crate::Env;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Kind {
+    Kubelet,
+    Crilet,
+}
+
+impl Kind {
+    pub fn node(self) -> &'static str {
+        match self {
+            // The kubelet refuses a loopback --node-ip; named `localhost`, it finds its name in
+            // /etc/hosts (127.0.0.1, skipped as loopback) and never asks a DNS server.
+            Kind::Kubelet => "localhost",
+            Kind::Crilet => "crilet-bench",
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Kind::Kubelet => "kubelet",
+            Kind::Crilet => "crilet",
+        }
+    }
+}
+
+pub struct Agent {
+    pub kind: Kind,
+    pub pid: u32,
+    pub log: PathBuf,
+    child: Option<Child>,
+}
+
+/// A node identity written by `hack/cluster.sh node NAME` (its env file).
+fn identity(env: &Env, node: &str) -> std::collections::HashMap<String, String> {
+    let path = env.nodes_dir.join(node).join("env");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!("{}: {e} (hack/bench-cluster.sh writes the node identities)", path.display())
+    });
+    text.lines().filter_map(|l| l.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
+/// The kubelet's configuration: cgroupfs on cgroup v1 under a cgroup root of its own (its
+/// orphaned-pod-cgroup cleanup then never reaches /kubepods), loopback only, no image GC or
+/// eviction (a benchmark must not lose its images to a full disk), logs and state in `dir`.
+fn kubelet_config(env: &Env, dir: &Path) -> String {
+    let id = identity(env, Kind::Kubelet.node());
+    format!(
+        r#"apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: 127.0.0.1
+port: {port}
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: {healthz}
+tlsCertFile: {cert}
+tlsPrivateKeyFile: {key}
+authentication:
+  anonymous: {{enabled: false}}
+  webhook: {{enabled: true}}
+  x509: {{clientCAFile: {ca}}}
+authorization: {{mode: Webhook}}
+containerRuntimeEndpoint: {endpoint}
+cgroupDriver: cgroupfs
+cgroupRoot: {cgroup_root}
+cgroupsPerQOS: true
+enforceNodeAllocatable: ["none"]
+failCgroupV1: false
+failSwapOn: false
+podLogsDir: {logs}
+resolvConf: /etc/resolv.conf
+maxPods: 110
+serializeImagePulls: false
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard: {{memory.available: "1Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}}
+protectKernelDefaults: false
+rotateCertificates: false
+"#,
+        port = KUBELET_PORT,
+        healthz = KUBELET_PORT + 8,
+        cert = id["CRILET_NODE_TLS_CERT"],
+        key = id["CRILET_NODE_TLS_KEY"],
+        ca = id["CRILET_CLUSTER_CA"],
+        endpoint = env.endpoint,
+        cgroup_root = KUBELET_CGROUP_ROOT,
+        logs = dir.join("logs").display(),
+    )
+}
+
+pub const KUBELET_PORT: u16 = 10450;
+pub const CRILET_PORT: u16 = 10550;
+/// The kubelet's cgroup root (made in every v1 hierarchy before it starts; removed after).
+pub const KUBELET_CGROUP_ROOT: &str = "/crilet-bench-kubelet";
+
+impl Agent {
+    /// Starts `kind` with its state in `dir/<kind>` (made fresh).
+    pub fn start(env: &Env, kind: Kind) -> Agent {
+        let dir = env.dir.join(kind.label());
+        if dir.exists() {
+            clean_dir(&dir);
+        }
+        std::fs::create_dir_all(&dir).expect("mkdir agent dir");
+        let log = dir.join(format!("{}.log", kind.label()));
+        let out = std::fs::File::create(&log).expect("agent log");
+        let id = identity(env, kind.node());
+        let mut cmd = match kind {
+            Kind::Kubelet => {
+                cgroup_root(true);
+                let config = dir.join("config.yaml");
+                std::fs::write(&config, kubelet_config(env, &dir)).expect("kubelet config");
+                let mut c = Command::new(&env.kubelet_bin);
+                c.arg("--config")
+                    .arg(&config)
+                    .arg("--kubeconfig")
+                    .arg(&id["CRILET_NODE_KUBECONFIG"])
+                    .arg("--root-dir")
+                    .arg(dir.join("root"))
+                    .args(["--hostname-override", kind.node(), "--v", "1"]);
+                c
+            }
+            Kind::Crilet => {
+                let manifests = dir.join("manifests");
+                std::fs::create_dir_all(&manifests).expect("mkdir manifests");
+                let mut c = Command::new(&env.crilet_bin);
+                c.args(["run", "--container-runtime-endpoint", &env.endpoint, "--pod-manifest-path"])
+                    .arg(&manifests)
+                    .arg("--root-dir")
+                    .arg(dir.join("root"))
+                    .arg("--pod-logs-dir")
+                    .arg(dir.join("logs"))
+                    .args(["--container-logs-dir", ""])
+                    .arg("--control-socket")
+                    .arg(dir.join("crilet.sock"))
+                    .args(["--node-name", kind.node(), "--node-ip", "127.0.0.1", "--port"])
+                    .arg(CRILET_PORT.to_string())
+                    .arg("--kubeconfig")
+                    .arg(&id["CRILET_NODE_KUBECONFIG"])
+                    .arg("--tls-cert-file")
+                    .arg(&id["CRILET_NODE_TLS_CERT"])
+                    .arg("--tls-private-key-file")
+                    .arg(&id["CRILET_NODE_TLS_KEY"])
+                    .arg("--client-ca-file")
+                    .arg(&id["CRILET_CLUSTER_CA"])
+                    .env("RUST_LOG", "info");
+                c
+            }
+        };
+        // Its own process group: a Ctrl-C of the benchmark reaches only the benchmark, whose
+        // cleanup removes the pods before it stops the agent.
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().expect("log fd"))
+            .stderr(out)
+            .process_group(0)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting the {}: {e}", kind.label()));
+        eprintln!("  {} pid {} (log {})", kind.label(), child.id(), log.display());
+        Agent { kind, pid: child.id(), log, child: Some(child) }
+    }
+
+    /// Waits until the Node is Ready and carries no not-ready/unreachable taint.
+    pub async fn wait_ready(&mut self, nodes: &Api<Node>) {
+        let deadline = Instant::now() + Duration::from_secs(180);
+        loop {
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    panic!("the {} exited ({status}); see {}", self.kind.label(), self.log.display());
+                }
+            }
+            if let Ok(n) = nodes.get(self.kind.node()).await {
+                let ready = n
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+                let tainted = n.spec.as_ref().and_then(|s| s.taints.as_ref()).is_some_and(|ts| {
+                    ts.iter().any(|t| {
+                        t.key == "node.kubernetes.io/not-ready" || t.key == "node.kubernetes.io/unreachable"
+                    })
+                });
+                if ready && !tainted {
+                    return;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "node {} not Ready and untainted after 180 s; see {}",
+                self.kind.node(),
+                self.log.display()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// (VmRSS, VmHWM) in KiB.
+    pub fn memory(&self) -> (u64, u64) {
+        let text = std::fs::read_to_string(format!("/proc/{}/status", self.pid)).unwrap_or_default();
+        let field = |k: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(k))
+                .and_then(|v| v.split_whitespace().next()?.parse().ok())
+                .unwrap_or(0)
+        };
+        (field("VmRSS:"), field("VmHWM:"))
+    }
+
+    /// utime + stime in seconds.
+    pub fn cpu_seconds(&self) -> f64 {
+        let text = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)).unwrap_or_default();
+        let Some(end) = text.rfind(')') else { return 0.0 };
+        // Fields after the command (which may hold spaces) start at the state, field 3.
+        let f: Vec<&str> = text[end + 2..].split_whitespace().collect();
+        let ticks = f.get(11).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
+            + f.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        ticks as f64 / clk_tck()
+    }
+
+    /// SIGTERM by PID, SIGKILL after 15 s; then the kubelet's cgroup root goes too.
+    pub async fn stop(mut self) {
+        if let Some(child) = self.child.take() {
+            stop_child(child).await;
+        }
+        if self.kind == Kind::Kubelet {
+            let root = self.log.parent().map(|d| d.join("root"));
+            if let Some(root) = root {
+                unmount_under(&root);
+            }
+            cgroup_root(false);
+        }
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(child.id() as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Clock ticks per second (`getconf CLK_TCK`; 100 on Linux if that fails).
+fn clk_tck() -> f64 {
+    Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok()?.trim().parse().ok())
+        .unwrap_or(100.0)
+}
+
+async fn stop_child(mut child: Child) {
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while Instant::now() < deadline && matches!(child.try_wait(), Ok(None)) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    if matches!(child.try_wait(), Ok(None)) {
+        let _ = child.kill();
+    }
+    let _ = child.wait();
+}
+
+/// Makes (or removes, leaves first) the kubelet's cgroup root in every cgroup v1 hierarchy.
+pub fn cgroup_root(make: bool) {
+    let Ok(rd) = std::fs::read_dir("/sys/fs/cgroup") else { return };
+    for h in rd.flatten() {
+        let hier = h.path();
+        if hier.file_name().is_some_and(|n| n == "unified") || !hier.join("cgroup.procs").exists() {
+            continue;
+        }
+        let dir = hier.join(KUBELET_CGROUP_ROOT.trim_start_matches('/'));
+        if make {
+            let _ = std::fs::create_dir_all(&dir);
+        } else {
+            remove_cgroup_tree(&dir);
+        }
+    }
+}
+
+fn remove_cgroup_tree(dir: &Path) {
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                remove_cgroup_tree(&e.path());
+            }
+        }
+    }
+    let _ = std::fs::remove_dir(dir);
+}
+
+/// Unmounts whatever is mounted under `dir` (the kubelet's token and secret tmpfs volumes, if
+/// a pod's were left), deepest first.
+pub fn unmount_under(dir: &Path) {
+    let Ok(text) = std::fs::read_to_string("/proc/self/mountinfo") else { return };
+    let mut points: Vec<&str> =
+        text.lines().filter_map(|l| l.split(' ').nth(4)).filter(|p| Path::new(p).starts_with(dir)).collect();
+    points.sort_by_key(|p| std::cmp::Reverse(p.len()));
+    for p in points {
+        let _ = Command::new("umount").args(["-l", p]).status();
+    }
+}
+
+/// Removes an agent's directory, its mounts first.
+pub fn clean_dir(dir: &Path) {
+    unmount_under(dir);
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -1,0 +1,332 @@
+//! Cluster benchmark: crilet against the upstream kubelet, each the node of the same real
+//! control plane (hack/cluster.sh) on the same containerd, measured the same way from outside.
+//!
+//! Phases alternate kubelet, crilet, kubelet, crilet… (`CRILET_BENCH_CLUSTER_ROUNDS` rounds); each
+//! phase starts its agent fresh, waits for its Node to be Ready and untainted, runs every
+//! scenario, removes its pods and stops the agent. The two never run at once: the kubelet kills
+//! every running pod of the runtime that it does not know (its orphan cleanup).
+//!
+//! Scenarios (scenarios.rs): API create → Running and → Ready, one pod at a time; exit →
+//! replacement running (CRI timestamps); a 110-replica Deployment placed by kube-scheduler:
+//! create → all Running, → all Ready, the agent's API requests per pod start (API server audit
+//! log), its CPU for the start, then its RSS, CPU and request rate in a steady window.
+//!
+//! Run through `hack/bench-cluster.sh` (it starts the control plane, builds the kubelet, writes
+//! the node identities and this benchmark's environment). Environment (defaults in brackets):
+//!   CRILET_BENCH_CLUSTER_ROUNDS   rounds (each: one kubelet phase, one crilet phase) [2]
+//!   CRILET_BENCH_CLUSTER_STARTS   pods of the create → Ready scenario, per phase [10]
+//!   CRILET_BENCH_CLUSTER_RESTARTS restarts per phase [5]
+//!   CRILET_BENCH_CLUSTER_PODS     replicas of the Deployment [110]
+//!   CRILET_BENCH_CLUSTER_WINDOW   steady window, seconds [60]
+//!   CRILET_BENCH_CLUSTER_ONLY     `kubelet` or `crilet`: run that side only (to try it out) [both]
+//!   CRILET_BENCH_MD               where to write the markdown section [stdout only]
+
+mod agents;
+#[path = "../node/report.rs"]
+#[allow(dead_code)]
+mod report;
+mod scenarios;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::Instant;
+
+use crilet::cri::CriClient;
+use crilet::model::keys;
+use k8s_openapi::api::core::v1::{Namespace, Node};
+use kube::api::{DeleteParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client};
+
+use agents::{Agent, Kind};
+use report::{Row, Scenario, median, ratio_row};
+
+/// The benchmark's namespace (pods of both agents, one phase at a time).
+pub const NS: &str = "bench-cluster";
+
+pub struct Env {
+    pub cri: CriClient,
+    pub endpoint: String,
+    pub dir: PathBuf,
+    pub nodes_dir: PathBuf,
+    pub kubelet_bin: PathBuf,
+    pub crilet_bin: PathBuf,
+    pub audit_log: PathBuf,
+}
+
+static IMAGE: OnceLock<String> = OnceLock::new();
+
+pub fn image() -> &'static str {
+    IMAGE.get().map(String::as_str).unwrap_or("busybox")
+}
+
+pub fn env_num<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn need(vars: &HashMap<String, String>, k: &str) -> String {
+    std::env::var(k).ok().or_else(|| vars.get(k).cloned()).unwrap_or_else(|| {
+        panic!("{k} is not set: run this benchmark through hack/bench-cluster.sh");
+    })
+}
+
+fn env_files() -> HashMap<String, String> {
+    let mut vars = HashMap::new();
+    for f in ["/run/crilet-dev/env", "/run/crilet-dev/cluster/env"] {
+        let text =
+            std::fs::read_to_string(f).unwrap_or_else(|e| panic!("{f}: {e} (run hack/bench-cluster.sh)"));
+        vars.extend(
+            text.lines().filter_map(|l| l.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())),
+        );
+    }
+    vars
+}
+
+/// Everything of the runtime that is not the benchmark's own and runs: the kubelet would kill it.
+async fn foreign_pods(cri: &CriClient) -> Vec<String> {
+    let Ok((sandboxes, _)) = cri.list_all(None).await else { return vec![] };
+    sandboxes
+        .iter()
+        .filter(|s| s.state == crilet::cri::api::PodSandboxState::SandboxReady as i32)
+        .filter_map(|s| {
+            let ns = s.labels.get(keys::POD_NAMESPACE).map(String::as_str).unwrap_or("");
+            (ns != NS)
+                .then(|| format!("{ns}/{}", s.labels.get(keys::POD_NAME).map(String::as_str).unwrap_or("?")))
+        })
+        .collect()
+}
+
+/// Removes what the runtime still has of the benchmark's pods (the kubelet leaves stopped
+/// sandboxes and containers for its periodic garbage collection).
+async fn remove_runtime_leftovers(cri: &CriClient) {
+    let Ok((sandboxes, containers)) = cri.list_all(Some((keys::POD_NAMESPACE, NS))).await else { return };
+    for c in containers {
+        let _ = cri.stop_container(&c.id, std::time::Duration::ZERO).await;
+        let _ = cri.remove_container(&c.id).await;
+    }
+    for s in sandboxes {
+        let _ = cri.stop_sandbox(&s.id).await;
+        let _ = cri.remove_sandbox(&s.id).await;
+    }
+}
+
+#[derive(Default)]
+struct Side {
+    running: Vec<f64>,
+    ready: Vec<f64>,
+    restart: Vec<f64>,
+    scale_running: Vec<f64>,
+    scale_ready: Vec<f64>,
+    requests: Vec<f64>,
+    start_cpu: Vec<f64>,
+    rss: Vec<f64>,
+    cpu: Vec<f64>,
+    requests_per_min: Vec<f64>,
+}
+
+async fn phase(
+    client: &Client,
+    env: &Env,
+    watch: &scenarios::PodWatch,
+    kind: Kind,
+    round: usize,
+    side: &mut Side,
+) {
+    let tag = format!("{}{round}", &kind.label()[..1]);
+    eprintln!("== round {round}: {}", kind.label());
+    let nodes: Api<Node> = Api::all(client.clone());
+    let t = Instant::now();
+    let mut agent = Agent::start(env, kind);
+    agent.wait_ready(&nodes).await;
+    eprintln!("  node {} Ready in {:.1} s", kind.node(), t.elapsed().as_secs_f64());
+
+    let n = env_num("CRILET_BENCH_CLUSTER_STARTS", 10);
+    for (run, ready) in scenarios::start(client, watch, kind, &tag, n).await {
+        side.running.push(run);
+        side.ready.push(ready);
+    }
+    eprintln!("  create → Ready: median {:.0} ms", median(&side.ready));
+    let n = env_num("CRILET_BENCH_CLUSTER_RESTARTS", 5);
+    side.restart.extend(scenarios::restart(client, env, watch, kind, &tag, n).await);
+    eprintln!("  exit → replacement: median {:.0} ms", median(&side.restart));
+    let n = env_num("CRILET_BENCH_CLUSTER_PODS", 110);
+    let s = scenarios::scale(client, env, watch, &agent, &tag, n).await;
+    eprintln!(
+        "  {n} pods: Running {:.1} s, Ready {:.1} s, {:.1} requests/pod, RSS {:.1} MiB, CPU {:.2} %",
+        s.running_s, s.ready_s, s.requests_per_pod, s.rss_mib, s.cpu_pct
+    );
+    side.scale_running.push(s.running_s);
+    side.scale_ready.push(s.ready_s);
+    side.requests.push(s.requests_per_pod);
+    side.start_cpu.push(s.start_cpu_s);
+    side.rss.push(s.rss_mib);
+    side.cpu.push(s.cpu_pct);
+    side.requests_per_min.push(s.requests_per_min);
+
+    // Every pod is gone from the API; make sure nothing runs before the agent stops.
+    let deadline = Instant::now() + std::time::Duration::from_secs(120);
+    while env.cri.list_all(Some((keys::POD_NAMESPACE, NS))).await.is_ok_and(|(s, _)| {
+        s.iter().any(|s| s.state == crilet::cri::api::PodSandboxState::SandboxReady as i32)
+    }) && Instant::now() < deadline
+    {
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    agent.stop().await;
+    remove_runtime_leftovers(&env.cri).await;
+}
+
+fn report(k: &Side, c: &Side, rounds: usize, pods: usize, window: u64) -> Scenario {
+    let at_most = Some(1.0);
+    let rows: Vec<Row> = vec![
+        ratio_row("API create → Running", &k.running, &c.running, "ms", at_most),
+        ratio_row("API create → Ready", &k.ready, &c.ready, "ms", at_most),
+        ratio_row("exit → replacement running", &k.restart, &c.restart, "ms", at_most),
+        ratio_row(
+            &format!("{pods}-replica Deployment: create → all Running"),
+            &k.scale_running,
+            &c.scale_running,
+            "s",
+            at_most,
+        ),
+        ratio_row(
+            &format!("{pods}-replica Deployment: create → all Ready"),
+            &k.scale_ready,
+            &c.scale_ready,
+            "s",
+            at_most,
+        ),
+        ratio_row("API requests per pod start (create → all Ready)", &k.requests, &c.requests, "", at_most),
+        ratio_row(
+            "agent CPU for the Deployment's start (create → all Ready)",
+            &k.start_cpu,
+            &c.start_cpu,
+            "s",
+            at_most,
+        ),
+        ratio_row(
+            &format!("agent RSS at {pods} pods (VmRSS, max over the window)"),
+            &k.rss,
+            &c.rss,
+            "MiB",
+            at_most,
+        ),
+        ratio_row(
+            &format!("agent CPU at {pods} pods (% of one core over the window)"),
+            &k.cpu,
+            &c.cpu,
+            "%",
+            at_most,
+        ),
+        ratio_row(
+            &format!("agent API requests per minute at {pods} pods"),
+            &k.requests_per_min,
+            &c.requests_per_min,
+            "",
+            at_most,
+        ),
+    ];
+    Scenario {
+        id: "cluster".into(),
+        title: format!(
+            "crilet against the upstream kubelet, as nodes of one control plane (rounds: {rounds})"
+        ),
+        how: format!(
+            "Each agent is the node of the same kube-apiserver/controller-manager/scheduler (hack/cluster.sh) on \
+             the same containerd, started fresh for its phase; phases alternate kubelet, crilet, kubelet, crilet… \
+             (never both at once: the kubelet kills running pods it does not know). The kubelet is node \
+             `localhost` (cgroupfs, its own cgroup root, no image GC or eviction thresholds); crilet is node \
+             `crilet-bench`. Everything is observed from outside the agent. \"API create → Running / Ready\": \
+             one pod at a time with `spec.nodeName` set (busybox, exec readiness probe `true`, period 1 s), from \
+             right before the POST to the first event of a pod watch showing phase Running / condition Ready. \
+             \"exit → replacement running\": a container exiting 1 after 2 s under restartPolicy Always, its \
+             first restart (no back-off): the new instance's CRI started_at − the old one's finished_at. \
+             Deployment: {pods} replicas placed by kube-scheduler (required node affinity on the node's name), \
+             exec readiness probe period 10 s; from the create to the last pod the watch shows Running / Ready. \
+             API requests: the agent's own requests (user system:node:NAME) in the API server's audit log from \
+             the create to all Ready, divided by {pods}. CPU: utime+stime of the agent process. Then 5 s later \
+             a {window} s window with the pods running and nothing polling: max VmRSS, CPU (% of one core) and \
+             requests per minute. Values: median / p90 of all samples (per-pod rows) or of one sample per \
+             round (Deployment rows)."
+        ),
+        rows,
+        notes: vec![],
+        baseline_label: "upstream kubelet".into(),
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let vars = env_files();
+    let _ = IMAGE.set(need(&vars, "CRILET_IMAGE_BUSYBOX"));
+    let endpoint = need(&vars, "CRILET_CONTAINERD_ENDPOINT");
+    let cri = CriClient::new(&endpoint, &endpoint).expect("CRI client");
+    let env = Env {
+        cri,
+        endpoint,
+        dir: PathBuf::from(need(&vars, "CRILET_DEV")).join("bench-cluster"),
+        nodes_dir: PathBuf::from(need(&vars, "CRILET_CLUSTER_NODES_DIR")),
+        kubelet_bin: PathBuf::from(need(&vars, "CRILET_BENCH_KUBELET_BIN")),
+        crilet_bin: std::env::var("CRILET_BENCH_BIN")
+            .map(PathBuf::from)
+            .unwrap_or_else(|_| PathBuf::from(env!("CARGO_BIN_EXE_crilet"))),
+        audit_log: PathBuf::from(need(&vars, "CRILET_CLUSTER_AUDIT_LOG")),
+    };
+    // One side only (to try the benchmark out; the report then has no ratios).
+    let only = std::env::var("CRILET_BENCH_CLUSTER_ONLY").unwrap_or_default();
+    let kinds: Vec<Kind> =
+        [Kind::Kubelet, Kind::Crilet].into_iter().filter(|k| only.is_empty() || only == k.label()).collect();
+    let foreign = foreign_pods(&env.cri).await;
+    if kinds.contains(&Kind::Kubelet) && !foreign.is_empty() {
+        eprintln!(
+            "the runtime runs pods that are not the benchmark's ({}): the kubelet would kill them. Run this on a quiet machine.",
+            foreign.join(", ")
+        );
+        std::process::exit(1);
+    }
+    let kubeconfig = need(&vars, "CRILET_CLUSTER_KUBECONFIG");
+    let config = kube::Config::from_custom_kubeconfig(
+        Kubeconfig::read_from(&kubeconfig).expect("admin kubeconfig"),
+        &KubeConfigOptions::default(),
+    )
+    .await
+    .expect("admin kubeconfig");
+    let client = Client::try_from(config).expect("API client");
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    if namespaces.get_opt(NS).await.expect("get namespace").is_none() {
+        let ns: Namespace =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": NS}})).expect("ns");
+        namespaces.create(&PostParams::default(), &ns).await.expect("create namespace");
+    }
+    // Pods need the namespace's default ServiceAccount (the controller-manager makes it).
+    let sa: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(client.clone(), NS);
+    let deadline = Instant::now() + std::time::Duration::from_secs(60);
+    while sa.get_opt("default").await.ok().flatten().is_none() {
+        assert!(Instant::now() < deadline, "no default ServiceAccount in {NS}");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let watch = scenarios::PodWatch::start(client.clone());
+
+    let rounds = env_num("CRILET_BENCH_CLUSTER_ROUNDS", 2);
+    let (mut k, mut c) = (Side::default(), Side::default());
+    for round in 1..=rounds {
+        for &kind in &kinds {
+            let side = if kind == Kind::Kubelet { &mut k } else { &mut c };
+            phase(&client, &env, &watch, kind, round, side).await;
+        }
+    }
+    let _ = namespaces.delete(NS, &DeleteParams::default()).await;
+    let nodes: Api<Node> = Api::all(client.clone());
+    for kind in [Kind::Kubelet, Kind::Crilet] {
+        let _ = nodes.delete(kind.node(), &DeleteParams::default()).await;
+    }
+    agents::clean_dir(&env.dir);
+
+    let pods = env_num("CRILET_BENCH_CLUSTER_PODS", 110);
+    let scenario = report(&k, &c, rounds, pods, env_num("CRILET_BENCH_CLUSTER_WINDOW", 60));
+    let md = scenario.markdown();
+    print!("{md}");
+    if let Ok(path) = std::env::var("CRILET_BENCH_MD") {
+        std::fs::write(&path, &md).unwrap_or_else(|e| panic!("{path}: {e}"));
+    }
+}
