@@ -2,8 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_cri::v1 as api;
-
+use super::api;
 use crate::model::{ContainerState, ObservedContainer, ObservedSandbox, SandboxState, keys};
 
 fn to_btree(m: &std::collections::HashMap<String, String>) -> BTreeMap<String, String> {

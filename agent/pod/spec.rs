@@ -409,7 +409,8 @@ pub fn container_config_with_env(
         command: exp(c.command.as_ref().unwrap_or(&Vec::new())),
         args: exp(c.args.as_ref().unwrap_or(&Vec::new())),
         working_dir: c.working_dir.clone().unwrap_or_default(),
-        envs: env.into_iter().map(|(key, value)| api::KeyValue { key, value }).collect(),
+        // CRI 0.36 carries env values as bytes (same wire format as its earlier string).
+        envs: env.into_iter().map(|(key, value)| api::KeyValue { key, value: value.into_bytes() }).collect(),
         mounts,
         labels,
         annotations,

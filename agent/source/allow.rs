@@ -154,6 +154,9 @@ static SPEC: Table = Table {
         ("schedulerName", Warn(SCHEDULING)),
         ("schedulingGates", Warn(SCHEDULING)),
         ("topologySpreadConstraints", Warn(SCHEDULING)),
+        ("schedulingGroup", Warn(SCHEDULING)),
+        // It would change the hostname the containers see: refused rather than ignored.
+        ("hostnameOverride", Reject("hostnameOverride is not supported by crilet")),
         ("overhead", Warn("pod overhead is not accounted by crilet; ignored")),
         ("serviceAccountName", Warn(NO_SERVICE_ACCOUNT)),
         ("serviceAccount", Warn(NO_SERVICE_ACCOUNT)),
@@ -209,6 +212,10 @@ static CONTAINER: Table = Table {
         ("terminationMessagePath", Leaf),
         ("terminationMessagePolicy", Leaf),
         ("restartPolicy", Leaf),
+        (
+            "restartPolicyRules",
+            Reject("container restart rules (restartPolicyRules) are not supported by crilet"),
+        ),
         (
             "stdin",
             Flag { ok: false, refuse: true, reason: "interactive containers are not supported by crilet" },
