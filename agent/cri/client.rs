@@ -25,7 +25,7 @@ const PULL_TIMEOUT: Duration = Duration::from_secs(300);
 const RPC_SLACK: Duration = Duration::from_secs(120);
 
 /// What the runtime says about itself.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RuntimeInfo {
     pub name: String,
     pub version: String,

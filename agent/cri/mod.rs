@@ -6,6 +6,7 @@
 
 mod client;
 mod convert;
+pub mod signal;
 
 pub use client::{CriClient, RuntimeInfo};
 pub use convert::{container_from_status, sandbox_from_status};

@@ -347,8 +347,10 @@ static TCP_SOCKET: Table = Table { fields: &[("port", Leaf), ("host", Leaf)], un
 
 static GRPC: Table = Table { fields: &[("port", Leaf), ("service", Leaf)], unknown: Unknown::Warn };
 
-static LIFECYCLE: Table =
-    Table { fields: &[("postStart", Obj(&HANDLER)), ("preStop", Obj(&HANDLER))], unknown: Unknown::Warn };
+static LIFECYCLE: Table = Table {
+    fields: &[("postStart", Obj(&HANDLER)), ("preStop", Obj(&HANDLER)), ("stopSignal", Leaf)],
+    unknown: Unknown::Warn,
+};
 
 static HANDLER: Table = Table {
     fields: &[
