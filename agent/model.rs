@@ -101,6 +101,9 @@ pub struct ObservedContainer {
     /// Absolute path of the CRI log file.
     pub log_path: String,
     pub annotations: BTreeMap<String, String>,
+    /// The stop signal the runtime will send (CRI `ContainerStatus.stop_signal`, KEP-4960):
+    /// `None` when it reports none, as runtimes without the field (containerd < 2.3) do.
+    pub stop_signal: Option<String>,
 }
 
 /// Everything the runtime shows for one pod UID, newest first in both lists.

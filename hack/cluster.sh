@@ -462,6 +462,7 @@ component_argv() {
                 --service-account-issuer https://kubernetes.default.svc
                 --service-account-key-file "$SA_PUB"
                 --service-account-signing-key-file "$SA_KEY"
+                --feature-gates ContainerStopSignals=true
                 --audit-policy-file "$CLUSTER_AUDIT_POLICY" --audit-log-path "$CLUSTER_AUDIT_LOG"
                 --audit-log-maxsize 100 --audit-log-maxbackup 1
                 --profiling=false) ;;

@@ -8,6 +8,8 @@
 #   status   print pid and version; exit 0 if running, 3 if not
 # The config is written by hack/setup.sh (run that first on a fresh machine).
 # Socket: /run/crilet-dev/containerd/containerd.sock, log: /var/lib/crilet-dev/logs/containerd.log
+# (CRILET_RUNTIME=2.3: the containerd beside the environment, socket
+# /run/crilet-dev/containerd-2.3/containerd.sock, log containerd-2.3.log; see hack/lib.sh.)
 # The system containerd (if any) is never touched.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"

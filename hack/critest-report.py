@@ -3,7 +3,7 @@
 
 Usage:
   critest-report.py skips  SKIPS_FILE RUNTIME
-      print the regular expressions of the `skip` entries for RUNTIME (2.1 or 1.6), one a
+      print the regular expressions of the `skip` entries for RUNTIME (2.1, 1.6 or 2.3), one a
       line: hack/critest.sh passes each as --ginkgo.skip.
   critest-report.py report SKIPS_FILE RUNTIME JUNIT_XML SUMMARY_TXT
       count passed / failed / skipped specs in critest's JUnit report (--ginkgo.junit-report),
@@ -38,8 +38,8 @@ def load(path, runtime):
             if len(parts) != 3 or parts[0] not in KINDS:
                 sys.exit(f"{path}:{no}: expected 'KIND RUNTIMES REGEX  # reason' (KIND: {', '.join(KINDS)})")
             kind, runtimes, regex = parts[0], parts[1].split(","), parts[2].strip()
-            if not set(runtimes) <= {"all", "2.1", "1.6"}:
-                sys.exit(f"{path}:{no}: RUNTIMES must be all, 2.1, 1.6 (comma-separated)")
+            if not set(runtimes) <= {"all", "2.1", "1.6", "2.3"}:
+                sys.exit(f"{path}:{no}: RUNTIMES must be all, 2.1, 1.6, 2.3 (comma-separated)")
             try:
                 pattern = re.compile(regex)
             except re.error as e:

@@ -2,9 +2,10 @@
 # hack/critest.sh — run the CRI conformance suite (critest, cri-tools v1.37.0) against the
 # containerd builds crilet supports, on a DEDICATED containerd that nothing else uses.
 #
-# Usage: hack/critest.sh [--runtime 2.1|1.6|both] [--verbose]     (as root)
+# Usage: hack/critest.sh [--runtime 2.1|1.6|2.3|both] [--verbose]     (as root)
 #   --runtime  which containerd: 2.1 (Debian sid's, the private prefix of hack/lib.sh's
-#              ensure_containerd_sid), 1.6 (bookworm's /usr/bin) or both (default; 2.1 first)
+#              ensure_containerd_sid), 1.6 (bookworm's /usr/bin), 2.3 (built from its Go
+#              module by lib.sh's ensure_containerd_go) or both (default: 2.1, then 1.6)
 #   --verbose  also stream critest's output to the terminal (it always goes to the log)
 # Exit status: 0 when every failure is listed (xfail or flaky) in hack/critest-skips.txt,
 # 1 when some spec failed that is not (or a step failed), 2 on bad usage.
@@ -80,6 +81,7 @@ while [ $# -gt 0 ]; do
         --runtime) [ $# -ge 2 ] || usage; set -- "--runtime=$2" "${@:3}"; continue ;;
         --runtime=2 | --runtime=2.1) RUNTIMES=(2.1) ;;
         --runtime=1.6) RUNTIMES=(1.6) ;;
+        --runtime=2.3) RUNTIMES=(2.3) ;;
         --runtime=both) RUNTIMES=(2.1 1.6) ;;
         -v | --verbose) VERBOSE=1 ;;
         -h | --help) usage 0 ;;
@@ -94,11 +96,11 @@ done
 CT_RT=""
 ct_select() {
     CT_RT="$1"
-    if [ "$CT_RT" = 1.6 ]; then
-        CT_CTR_BIN_DIR=/usr/bin
-    else
-        CT_CTR_BIN_DIR="$CONTAINERD_SID_DIR/current/usr/bin"
-    fi
+    case "$CT_RT" in
+        1.6) CT_CTR_BIN_DIR=/usr/bin ;;
+        2.3) CT_CTR_BIN_DIR="$CONTAINERD_GO_DIR/$CONTAINERD_GO_VERSION/bin" ;;
+        *) CT_CTR_BIN_DIR="$CONTAINERD_SID_DIR/current/usr/bin" ;;
+    esac
     CT_CONF_DIR="$CRITEST_DIR/containerd-$CT_RT"
     CT_CONFIG="$CT_CONF_DIR/config.toml"
     CT_ROOT="$CT_CONF_DIR/root"
@@ -527,11 +529,11 @@ STATUS=0
 run_runtime() {
     local rt="$1" version skips=() re t0 out result rc
     ct_select "$rt"
-    if [ "$rt" = 2.1 ]; then
-        ensure_containerd_sid
-    else
-        [ -x /usr/bin/containerd ] || die "containerd 1.6 (Debian package containerd) is not installed; run hack/setup.sh"
-    fi
+    case "$rt" in
+        2.1) ensure_containerd_sid ;;
+        2.3) ensure_containerd_go ;;
+        *) [ -x /usr/bin/containerd ] || die "containerd 1.6 (Debian package containerd) is not installed; run hack/setup.sh" ;;
+    esac
     version="$("$CT_CTR_BIN_DIR/containerd" --version | awk '{print $3}')"
     ct_cleanup_runtime
     ct_write_config
@@ -651,7 +653,7 @@ main() {
 
     local rt
     # Remains of an interrupted earlier run (either runtime: they share the socket).
-    for rt in 2.1 1.6; do ct_select "$rt"; ct_cleanup_runtime; done
+    for rt in 2.1 1.6 2.3; do ct_select "$rt"; ct_cleanup_runtime; done
     CT_RT=""
     ct_guard_remove
     for rt in "${RUNTIMES[@]}"; do run_runtime "$rt"; done

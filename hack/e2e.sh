@@ -505,8 +505,9 @@ node_ready() {
 # the same cluster, and the scheduler would spread the suite's pods over them. A
 # MutatingAdmissionPolicy (admissionregistration.k8s.io/v1) adds the node selector
 # crilet.io/e2e=true (our node's label) to every pod created in an e2e namespace (label
-# e2e-framework), and points a pod that names another node in spec.nodeName at ours, as a
-# one-node cluster would.
+# e2e-framework), and points a pod that names another node (spec.nodeName, or a required
+# node affinity on metadata.name, as e2epod.SetNodeSelection makes it) at ours, as a one-node
+# cluster would.
 PIN_POLICY=crilet-e2e-pin
 pin_policy() {
     cat <<EOF
@@ -534,6 +535,15 @@ spec:
           : [JSONPatch{op: "add", path: "/spec/nodeSelector", value: {"crilet.io/e2e": "true"}}])
         + (has(object.spec.nodeName) && object.spec.nodeName != "" && object.spec.nodeName != "$E2E_NODE"
           ? [JSONPatch{op: "replace", path: "/spec/nodeName", value: "$E2E_NODE"}] : [])
+        + (has(object.spec.affinity) && has(object.spec.affinity.nodeAffinity)
+            && has(object.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution)
+            && object.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms.exists(t,
+                 has(t.matchFields) && t.matchFields.exists(f, f.key == "metadata.name"))
+          ? [JSONPatch{op: "replace", path: "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution",
+              value: Object.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution{
+                nodeSelectorTerms: [Object.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms{
+                  matchFields: [Object.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms.matchFields{
+                    key: "metadata.name", operator: "In", values: ["$E2E_NODE"]}]}]}}] : [])
 ---
 apiVersion: admissionregistration.k8s.io/v1
 kind: MutatingAdmissionPolicyBinding

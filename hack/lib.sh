@@ -24,25 +24,42 @@ LOG_DIR="$CRILET_DEV/logs"
 ENV_FILE="$CRILET_RUN/env"
 
 # --- containerd (ours) -------------------------------------------------------------------
-# Two runtimes are supported and tested (README): CRILET_RUNTIME=2.1 (the default: Debian
+# Three runtimes are supported and tested (README): CRILET_RUNTIME=2.1 (the default: Debian
 # sid's containerd 2.x, minor >= 1, fetched and unpacked into a private prefix, never
-# installed; CRI events) or 1.6 (bookworm's system package; relist). Without the variable,
-# the runtime the environment was last set up with is used, so teardown and
-# hack/containerd.sh always act on the containerd that runs.
+# installed; CRI events) or 1.6 (bookworm's system package; relist) is THE environment, one at
+# a time. Without the variable, the runtime the environment was last set up with is used, so
+# teardown and hack/containerd.sh always act on the containerd that runs.
+# CRILET_RUNTIME=2.3 (containerd built from its Go module: the first release that honours CRI
+# stop signals) runs BESIDE that environment, never instead of it: its own socket, root, state,
+# runc root, pid file, log and env file (below), sharing the registry, images, CNI network and
+# egress guard the main environment set up. It is never the default and never recorded in
+# $RUNTIME_FILE.
 RUNTIME_FILE="$CRILET_RUN/runtime"
 CRILET_RUNTIME="${CRILET_RUNTIME:-$(cat "$RUNTIME_FILE" 2>/dev/null || echo 2.1)}"
 case "$CRILET_RUNTIME" in
+    2.3 | 2.3.*) CRILET_RUNTIME=2.3 ;;
     2 | 2.* ) CRILET_RUNTIME=2.1 ;;
     1.6 | 1.6.*) CRILET_RUNTIME=1.6 ;;
-    *) printf 'CRILET_RUNTIME=%s: expected 2.1 or 1.6\n' "$CRILET_RUNTIME" >&2; exit 2 ;;
+    *) printf 'CRILET_RUNTIME=%s: expected 2.1, 1.6 or 2.3\n' "$CRILET_RUNTIME" >&2; exit 2 ;;
 esac
+SIDE_BY_SIDE=0
+[ "$CRILET_RUNTIME" = 2.3 ] && SIDE_BY_SIDE=1
 # sid's containerd lives here, one directory per Debian version, plus a `current` link.
 CONTAINERD_SID_DIR="$CRILET_DEV/containerd-sid"
-if [ "$CRILET_RUNTIME" = 1.6 ]; then
-    CONTAINERD_BIN_DIR=/usr/bin
-else
-    CONTAINERD_BIN_DIR="$CONTAINERD_SID_DIR/current/usr/bin"
-fi
+# containerd built from the github.com/containerd/containerd/v2 Go module (CRILET_RUNTIME=2.3):
+# the newest v2.3.x the module proxy served when this was pinned (v2.2.9-v2.4.2 are served;
+# stop signals, KEP-4960, are in containerd from v2.3.0). Binaries and Go's caches are kept
+# under $CONTAINERD_GO_DIR, keyed by version (teardown.sh keeps them; --all removes them).
+CONTAINERD_GO_VERSION=v2.3.7
+CONTAINERD_GO_MODULE=github.com/containerd/containerd/v2
+CONTAINERD_GO_DIR="$CRILET_DEV/containerd-go"
+CONTAINERD_GOENV=(GOPATH="$CONTAINERD_GO_DIR/go" GOCACHE="$CONTAINERD_GO_DIR/go/cache"
+    GOMODCACHE="$CONTAINERD_GO_DIR/go/mod" GOTOOLCHAIN=local GOFLAGS="-buildvcs=false" CGO_ENABLED=0)
+case "$CRILET_RUNTIME" in
+    1.6) CONTAINERD_BIN_DIR=/usr/bin ;;
+    2.3) CONTAINERD_BIN_DIR="$CONTAINERD_GO_DIR/$CONTAINERD_GO_VERSION/bin" ;;
+    *) CONTAINERD_BIN_DIR="$CONTAINERD_SID_DIR/current/usr/bin" ;;
+esac
 # Each runtime has its own root and config: 2.x migrates the metadata database, which 1.6
 # cannot read back.
 CONTAINERD_DIR="$CRILET_DEV/containerd-$CRILET_RUNTIME"
@@ -56,6 +73,16 @@ CONTAINERD_CERTS_D="$CONTAINERD_DIR/certs.d"
 CONTAINERD_OPT="$CONTAINERD_DIR/opt"
 # runc keeps its container state here instead of /run/containerd/runc.
 RUNC_ROOT="$CRILET_RUN/runc"
+# The main environment's env file (setup.sh writes it; tests read it).
+MAIN_ENV_FILE="$ENV_FILE"
+if [ "$SIDE_BY_SIDE" = 1 ]; then
+    # Everything that would clash with the main environment's containerd gets its own path.
+    CONTAINERD_SOCK="$CRILET_RUN/containerd-$CRILET_RUNTIME/containerd.sock"
+    CONTAINERD_PIDFILE="$CRILET_RUN/containerd-$CRILET_RUNTIME.pid"
+    CONTAINERD_LOG="$LOG_DIR/containerd-$CRILET_RUNTIME.log"
+    RUNC_ROOT="$CRILET_RUN/runc-$CRILET_RUNTIME"
+    ENV_FILE="$CRILET_RUN/env-$CRILET_RUNTIME"
+fi
 K8S_NS=k8s.io
 
 # --- CNI ---------------------------------------------------------------------------------
@@ -422,6 +449,38 @@ ensure_containerd_sid() {
     "$dest/usr/bin/containerd" --version >/dev/null ||
         die "sid's containerd $version does not run on this machine"
     log "containerd $version from Debian sid in $dest (runc stays the system's)"
+}
+
+# --- containerd 2.3 from its Go module ------------------------------------------------------
+# ensure_containerd_go — make $CONTAINERD_BIN_DIR (CRILET_RUNTIME=2.3) hold containerd,
+# containerd-shim-runc-v2 and ctr built from $CONTAINERD_GO_MODULE@$CONTAINERD_GO_VERSION (the
+# Go module proxy; Go's caches private under $CONTAINERD_GO_DIR/go). Pure Go (CGO_ENABLED=0):
+# the btrfs, devmapper and zfs snapshotters need cgo or are useless here, so they are left out
+# by build tag; the shim is built that way upstream too. runc stays bookworm's, as for 2.1.
+# A build takes a few minutes on 2 cores (niced); reruns reuse the binaries.
+ensure_containerd_go() {
+    local bin="$CONTAINERD_GO_DIR/$CONTAINERD_GO_VERSION/bin" build_log="$LOG_DIR/containerd-go-build.log" dir
+    if [ -x "$bin/containerd" ] && [ -x "$bin/containerd-shim-runc-v2" ] && [ -x "$bin/ctr" ]; then
+        return 0
+    fi
+    command -v go >/dev/null || die "go is not installed (needed to build containerd $CONTAINERD_GO_VERSION)"
+    mkdir -p "$LOG_DIR" "$CONTAINERD_GO_DIR"
+    log "building containerd $CONTAINERD_GO_VERSION from $CONTAINERD_GO_MODULE (go module proxy; log $build_log)"
+    : >"$build_log"
+    dir="$(env "${CONTAINERD_GOENV[@]}" go mod download -json "$CONTAINERD_GO_MODULE@$CONTAINERD_GO_VERSION" 2>>"$build_log" |
+        jq -r '.Dir // empty')" || die "go mod download $CONTAINERD_GO_MODULE@$CONTAINERD_GO_VERSION failed; see $build_log"
+    [ -d "$dir/cmd/containerd" ] || die "no cmd/containerd in $dir; see $build_log"
+    rm -rf "$bin.tmp"
+    mkdir -p "$bin.tmp"
+    # The version the daemon reports (CRI Version, `ctr version`), as upstream's Makefile sets it.
+    (cd "$dir" && env "${CONTAINERD_GOENV[@]}" nice -n 10 go build -trimpath -tags "no_btrfs no_devmapper no_zfs" \
+        -ldflags "-X $CONTAINERD_GO_MODULE/version.Version=$CONTAINERD_GO_VERSION" -o "$bin.tmp/" \
+        ./cmd/containerd ./cmd/containerd-shim-runc-v2 ./cmd/ctr) >>"$build_log" 2>&1 ||
+        die "building containerd $CONTAINERD_GO_VERSION failed; see $build_log"
+    rm -rf "$bin"
+    mv "$bin.tmp" "$bin"
+    "$bin/containerd" --version >/dev/null || die "the containerd built in $bin does not run"
+    log "built $("$bin/containerd" --version) into $bin (runc stays the system's)"
 }
 
 # check_prerequisites — what demo.sh and test.sh need before they install or start anything:

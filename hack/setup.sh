@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # hack/setup.sh — bring up crilet's test environment on this machine (idempotent).
 #
-# Usage: [CRILET_RUNTIME=2.1|1.6] hack/setup.sh [-v]  (as root; rerun at will, also after a half-done run)
+# Usage: [CRILET_RUNTIME=2.1|1.6|2.3] hack/setup.sh [-v]  (as root; rerun at will, also after a half-done run)
 # Quiet by default (one line per step; apt output in /var/lib/crilet-dev/logs/setup.log); -v shows all.
 # CRILET_RUNTIME picks the containerd (lib.sh): 2.1, the default, is Debian sid's 2.x in a
 # private prefix; 1.6 is bookworm's package. Asking for the other one than the environment
 # runs tears that one down first.
+# CRILET_RUNTIME=2.3 instead adds a second containerd BESIDE the running environment (set that
+# up first): containerd v2.3 built from its Go module (lib.sh's ensure_containerd_go), its own
+# socket /run/crilet-dev/containerd-2.3/containerd.sock, root, state, runc root and log, the
+# same registry, images and CNI network; env in /run/crilet-dev/env-2.3. The main
+# environment is not touched. Undo with CRILET_RUNTIME=2.3 hack/teardown.sh.
 # Installs the Debian packages if missing, writes a private containerd config (CRI, CNI
 # bridge crilet0 on 10.88.77.0/24, plain-http registry), starts that containerd and a local
 # registry on 127.0.0.1:5099, builds and pushes the images pause:3.10, busybox:1.36,
@@ -540,6 +545,27 @@ switch_runtime_if_needed() {
     log "switching the environment from containerd $active to $CRILET_RUNTIME (tearing $active down)"
     CRILET_RUNTIME="$active" bash "$HACK_DIR/teardown.sh" --keep-registry >&2
 }
+
+# setup_side_by_side — CRILET_RUNTIME=2.3: only what is this containerd's own; everything
+# shared (packages, sysctls, egress guard, CNI network, registry, images) is the main
+# environment's and must already be there.
+setup_side_by_side() {
+    [ -s "$MAIN_ENV_FILE" ] && registry_answers ||
+        die "containerd $CRILET_RUNTIME runs beside the main environment: run hack/setup.sh (2.1) first"
+    ensure_containerd_go
+    mkdir -p "$(dirname "$CONTAINERD_SOCK")" "$LOG_DIR"
+    write_containerd_config
+    start_containerd
+    RUNTIME_VERSION="$(ctrd version | awk '/Server:/ {s=1} s && /Version:/ {print $2; exit}')"
+    pull_images
+    write_env_file
+    echo "containerd $RUNTIME_VERSION ready beside the main environment in $((SECONDS - T0))s: pid $(containerd_pid)" \
+        "at unix://$CONTAINERD_SOCK, env in $ENV_FILE"
+}
+if [ "$SIDE_BY_SIDE" = 1 ]; then
+    setup_side_by_side
+    exit 0
+fi
 
 install_packages
 switch_runtime_if_needed

@@ -16,6 +16,10 @@
 #   --all     also delete /var/lib/crilet-dev and /run/crilet-dev entirely (the cluster's
 #             binaries and build caches with them: the next hack/cluster.sh builds ~10 min).
 #   --keep-registry  leave the registry running (setup.sh switching runtimes; critest uses it).
+# CRILET_RUNTIME=2.3 hack/teardown.sh tears down only the containerd 2.3 that runs beside the
+# main environment (setup.sh): its pods (with their CNI DEL), the daemon, its leftover shims,
+# state and env file. The main environment, registry, network and control plane stay. (A
+# teardown of the main environment tears a containerd 2.3 beside it down first.)
 # Only processes recorded in /run/crilet-dev/*.pid (or running with our private config
 # paths) are signalled; the system containerd and foreign network namespaces are left alone.
 set -euo pipefail
@@ -279,6 +283,48 @@ remove_agent_state() {
 }
 
 # ------------------------------------------------------------------------------------------
+# teardown_side_by_side — CRILET_RUNTIME=2.3: only what belongs to that containerd. Nothing
+# shared is touched (no orphan-netns sweep, IPAM reset, bridge or guard removal: those belong
+# to the main environment's pods too).
+teardown_side_by_side() {
+    local remaining=""
+    if [ -f "$CONTAINERD_CONFIG" ] && { containerd_pid >/dev/null || [ -d "$CONTAINERD_STATE" ]; }; then
+        if ! containerd_pid >/dev/null; then
+            log "starting containerd $CRILET_RUNTIME to clean up"
+            bash "$HACK_DIR/containerd.sh" start
+        fi
+        remove_k8s_containers
+        remaining="$(ctrk containers ls -q 2>/dev/null || true)"
+    fi
+    bash "$HACK_DIR/containerd.sh" stop
+    stop_leftover_shims "$([ -z "$remaining" ] && echo 1 || echo 0)"
+    [ -d "$CONTAINERD_STATE" ] && unmount_orphan_sandbox_shm "$remaining"
+    remove_stale_sockets_in "$(dirname "$CONTAINERD_SOCK")"
+    # Its run-time state (socket dir, state, runc root) goes with it once nothing of it is
+    # left: no container, no mount below. The persistent root and config stay, as for 2.1.
+    local dir
+    for dir in "$(dirname "$CONTAINERD_SOCK")" "$RUNC_ROOT"; do
+        [ -d "$dir" ] && [ -z "$remaining" ] || continue
+        if awk -v p="$dir/" 'index($5, p) == 1 {found=1} END {exit !found}' /proc/self/mountinfo; then
+            warn "mounts remain under $dir; leaving it"
+        else
+            rm -rf "$dir"
+        fi
+    done
+    rm -f "$ENV_FILE"
+    [ -n "$remaining" ] && warn "containers still in containerd $CRILET_RUNTIME's $K8S_NS: $remaining"
+    echo "containerd $CRILET_RUNTIME (beside the main environment) torn down in $((SECONDS - T0))s"
+}
+if [ "$SIDE_BY_SIDE" = 1 ]; then
+    [ "$ALL" = 1 ] && die "--all removes the main environment too: run it without CRILET_RUNTIME=$CRILET_RUNTIME"
+    teardown_side_by_side
+    exit 0
+fi
+
+# A containerd beside this environment uses its network and registry: it goes first.
+if [ -e "$CRILET_RUN/env-2.3" ] || [ -e "$CRILET_RUN/containerd-2.3.pid" ]; then
+    CRILET_RUNTIME=2.3 bash "$HACK_DIR/teardown.sh" || warn "teardown of containerd 2.3 failed"
+fi
 # hack/kruise.sh's OpenKruise first: its webhook configurations go while the API server still
 # answers (a webhook whose server is gone refuses pods), then its daemons and manager by pid
 # file, and its /hostvarrun link. Its binaries and Go caches (/var/lib/crilet-dev/kruise) stay.

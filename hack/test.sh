@@ -8,11 +8,13 @@
 #       integration test in tests/ (tests/cluster.rs joins crilet to that control plane,
 #       tests/kruise.rs drives it with Kruise's controllers), then the CRI conformance run
 #       (hack/critest.sh);
+#   containerd 2.3 (built from its Go module, beside the 2.1 environment: the first containerd
+#       that honours CRI stop signals): the stop-signal test, then critest on it; a short leg;
 #   containerd 1.6 (bookworm's, relist): the lifecycle, probe, status, termination,
 #       runtime-restart and runtime-fault tests.
-# ARGS go to the test binaries of both legs, e.g. `hack/test.sh e2e_sidecar` runs only tests
-# whose name contains e2e_sidecar (and skips critest). CRILET_TEST_LEGS="2.1" (or "1.6") runs
-# one leg. The run always ends with hack/teardown.sh (not --all: images stay for the next
+# ARGS go to the test binaries of every leg, e.g. `hack/test.sh e2e_sidecar` runs only tests
+# whose name contains e2e_sidecar (and skips critest). CRILET_TEST_LEGS="2.1" (or "2.3", "1.6")
+# runs one leg (2.3 sets up the 2.1 environment first if none runs). The run always ends with hack/teardown.sh (not --all: images stay for the next
 # run), also when a step fails or the run is interrupted, and hack/verify-clean.sh then checks
 # that no process, cgroup, socket, mount, interface or rule of the project is left. Exits
 # non-zero if any step failed or something was left; a failing teardown is reported but does
@@ -21,7 +23,8 @@ set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
 check_prerequisites
-LEGS="${CRILET_TEST_LEGS:-2.1 1.6}"
+# 2.3 runs beside the 2.1 environment, so it comes before the 1.6 leg switches that away.
+LEGS="${CRILET_TEST_LEGS:-2.1 2.3 1.6}"
 # The suite's chaos run replays a seed that passed (a gate should not depend on a new random
 # schedule each time); hack/chaos.sh draws a new one. Override with CRILET_CHAOS_SEED.
 export CRILET_CHAOS_SEED="${CRILET_CHAOS_SEED:-392422939885647967}"
@@ -85,11 +88,22 @@ for runtime in $LEGS; do
                 step "critest on containerd 2.1" bash "$HACK_DIR/critest.sh" --runtime 2.1
             fi
             ;;
+        2.3)
+            # Beside the main environment (set up first when this leg runs alone).
+            [ -s "$MAIN_ENV_FILE" ] || leg 2.1
+            step "containerd 2.3 beside the environment" env CRILET_RUNTIME=2.3 bash "$HACK_DIR/setup.sh"
+            step "stop signals on containerd 2.3" env CRILET_ENV_FILE="$CRILET_RUN/env-2.3" \
+                cargo test --no-fail-fast --test stop_signal -- --test-threads=2 "$@"
+            if [ "$#" -eq 0 ]; then
+                step "critest on containerd 2.3" bash "$HACK_DIR/critest.sh" --runtime 2.3
+            fi
+            step "containerd 2.3 teardown" env CRILET_RUNTIME=2.3 bash "$HACK_DIR/teardown.sh"
+            ;;
         1.6)
             leg 1.6
             step "tests on containerd 1.6 (relist)" cargo test --no-fail-fast "${RELIST_TESTS[@]}" -- --test-threads=2 "$@"
             ;;
-        *) die "unknown leg $runtime in CRILET_TEST_LEGS (2.1 or 1.6)" ;;
+        *) die "unknown leg $runtime in CRILET_TEST_LEGS (2.1, 2.3 or 1.6)" ;;
     esac
 done
 

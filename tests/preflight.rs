@@ -126,7 +126,9 @@ fn a_missing_endpoint_fails_and_names_the_socket() {
     assert_eq!(verdict, "FAIL", "{out}");
     assert!(detail.contains(&socket.display().to_string()), "{out}");
     // The checks that need the runtime are reported, not dropped, and nothing panicked.
-    for name in ["runtime-ready", "network-ready", "cri-events", "cgroup-driver", "pause-image"] {
+    for name in
+        ["runtime-ready", "network-ready", "cri-events", "cgroup-driver", "pause-image", "stop-signals"]
+    {
         assert_eq!(check(&out, name).0, "SKIP", "{name}: {out}");
     }
     assert_eq!(check(&out, "manifest-dir").0, "PASS", "{out}");

@@ -13,6 +13,7 @@
 
 mod paths;
 mod runtime;
+mod stop_signal;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -38,6 +39,7 @@ const CRI_EVENTS: &str = "cri-events";
 const CGROUPS: &str = "cgroups";
 const CGROUP_DRIVER: &str = "cgroup-driver";
 const PAUSE_IMAGE: &str = "pause-image";
+const STOP_SIGNALS: &str = "stop-signals";
 const MANIFEST_DIR: &str = "manifest-dir";
 const ROOT_DIR: &str = "root-dir";
 const POD_LOGS_DIR: &str = "pod-logs-dir";

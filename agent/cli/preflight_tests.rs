@@ -5,6 +5,7 @@ use std::path::Path;
 
 use super::paths::*;
 use super::runtime::*;
+use super::stop_signal::*;
 use super::*;
 use crate::cri::{CriError, RuntimeInfo, api};
 use crate::source::{ManifestProblem, ManifestSet, ProblemKind};
@@ -620,4 +621,73 @@ fn cri_errors_map_to_call_errors() {
         CallError::from(rpc(tonic::Code::Unavailable)),
         CallError::Failed("CRI Version for x failed: Unavailable: m".into())
     );
+}
+
+#[test]
+fn stop_signal_verdicts() {
+    let rt = |version: &str| RuntimeInfo {
+        name: "containerd".into(),
+        version: version.into(),
+        api_version: "v1".into(),
+    };
+    let probe = |version: &str, reported: Result<Vec<Option<String>>, CallError>| {
+        Ok(StopSignalProbe { runtime: rt(version), reported })
+    };
+    let cases: Vec<(&str, Result<StopSignalProbe, CallError>, Verdict, &str)> = vec![
+        (
+            "2.3 reports the signals: honoured",
+            probe("v2.3.7", Ok(vec![Some("SIGTERM".into()), Some("SIGUSR1".into())])),
+            Verdict::Pass,
+            "containerd v2.3.7 reports each container's stop signal",
+        ),
+        (
+            "2.1 reports none for its containers: ignored, whatever its version says",
+            probe("2.1.9+unknown", Ok(vec![None, None])),
+            Verdict::Warn,
+            "containerd 2.1.9+unknown ignores lifecycle.stopSignal",
+        ),
+        (
+            "a 2.3 version string but no signal reported: what it does wins",
+            probe("v2.3.0", Ok(vec![None])),
+            Verdict::Warn,
+            "none of 1 containers asked reports a stop signal",
+        ),
+        (
+            "no container, 2.1: by version",
+            probe("2.1.9+unknown", Ok(vec![])),
+            Verdict::Warn,
+            "containerd 2.1.9+unknown ignores lifecycle.stopSignal",
+        ),
+        (
+            "no container, 1.6: by version",
+            probe("1.6.20~ds1", Ok(vec![])),
+            Verdict::Warn,
+            "ignores lifecycle.stopSignal",
+        ),
+        (
+            "no container, 2.4: by version",
+            probe("v2.4.0", Ok(vec![])),
+            Verdict::Pass,
+            "by its version: no container to confirm it",
+        ),
+        (
+            "the list failed, 2.3: by version",
+            probe("v2.3.7", Err(CallError::TimedOut)),
+            Verdict::Pass,
+            "by its version",
+        ),
+        ("Version failed", Err(CallError::TimedOut), Verdict::Warn, "cannot tell"),
+    ];
+    for (what, probe, verdict, detail) in cases {
+        let c = stop_signal_check(&probe);
+        assert_eq!(c.name, STOP_SIGNALS, "{what}");
+        assert_eq!(c.verdict, verdict, "{what}: {}", c.detail);
+        assert!(c.detail.contains(detail), "{what}: {}", c.detail);
+    }
+    let other = Ok(StopSignalProbe {
+        runtime: RuntimeInfo { name: "cri-o".into(), version: "1.36.0".into(), api_version: "v1".into() },
+        reported: Ok(vec![]),
+    });
+    let c = stop_signal_check(&other);
+    assert_eq!((c.verdict, c.detail.contains("cannot tell")), (Verdict::Warn, true), "{}", c.detail);
 }

@@ -142,14 +142,27 @@ fn unsupported(spec: &PodSpec) -> Option<Rejection> {
                         "spec.volumes[{i}].projected.sources[{j}]: clusterTrustBundle is not supported by crilet"
                     ));
                 }
+                if s.pod_certificate.is_some() {
+                    found.push(format!(
+                        "spec.volumes[{i}].projected.sources[{j}]: podCertificate is not supported by crilet"
+                    ));
+                }
             }
         }
     }
-    let all = spec.init_containers.iter().flatten().map(|c| ("initContainers", c));
-    for (i, (kind, c)) in all.chain(spec.containers.iter().map(|c| ("containers", c))).enumerate() {
-        if c.volume_devices.as_ref().is_some_and(|d| !d.is_empty()) {
-            found.push(format!("spec.{kind}[{i}].volumeDevices: not supported by crilet"));
+    let init = spec.init_containers.iter().flatten().enumerate().map(|(i, c)| ("initContainers", i, c));
+    let apps = spec.containers.iter().enumerate().map(|(i, c)| ("containers", i, c));
+    for (kind, i, c) in init.chain(apps) {
+        found.extend(unsupported_in_container(c).into_iter().map(|why| format!("spec.{kind}[{i}].{why}")));
+        // KEP-5307: a restartPolicy of its own on an app container (sidecars are init containers).
+        if kind == "containers" && c.restart_policy.is_some() {
+            found.push(format!(
+                "spec.containers[{i}].restartPolicy: container restart policies are not supported by crilet"
+            ));
         }
+    }
+    if spec.hostname_override.is_some() {
+        found.push("spec.hostnameOverride: not supported by crilet".into());
     }
     if spec.resource_claims.as_ref().is_some_and(|r| !r.is_empty()) {
         found.push("spec.resourceClaims: dynamic resource allocation is not supported by crilet".into());
@@ -167,6 +180,25 @@ fn unsupported(spec: &PodSpec) -> Option<Rejection> {
         reason: "UnsupportedPodSpec".into(),
         message: format!("crilet cannot run this pod: {}", found.join("; ")),
     })
+}
+
+/// The fields of one container crilet cannot serve, each as `field: why`. The 1.34+ ones
+/// (container restart rules, `fileKeyRef` env) pass the API server when their gates are on and
+/// would otherwise be ignored without a word.
+fn unsupported_in_container(c: &Container) -> Vec<String> {
+    let mut found = Vec::new();
+    if c.volume_devices.as_ref().is_some_and(|d| !d.is_empty()) {
+        found.push("volumeDevices: not supported by crilet".to_string());
+    }
+    if c.restart_policy_rules.as_ref().is_some_and(|r| !r.is_empty()) {
+        found.push("restartPolicyRules: container restart rules are not supported by crilet".into());
+    }
+    for (k, env) in c.env.iter().flatten().enumerate() {
+        if env.value_from.as_ref().is_some_and(|v| v.file_key_ref.is_some()) {
+            found.push(format!("env[{k}].valueFrom.fileKeyRef: not supported by crilet"));
+        }
+    }
+    found
 }
 
 /// `nodeSelector` and the required node affinity (terms ORed, expressions ANDed).
@@ -283,6 +315,51 @@ mod tests {
         for (i, (yaml, used, want)) in cases.into_iter().enumerate() {
             let got = admit(&pod(yaml), &room(), used);
             assert_eq!(got.as_ref().map(|r| r.reason.as_str()), want, "case {i}: {got:?}");
+        }
+    }
+
+    /// Fields of the 1.34-1.36 API that pass the API server with their gates on but that
+    /// crilet does not implement: refused by name, never ignored. A stop signal is served.
+    #[test]
+    fn newer_api_fields_are_refused_or_served() {
+        let cases = [
+            (
+                "spec: {containers: [{name: a, image: i}, {name: c, image: i, restartPolicy: Never, restartPolicyRules: [{action: Restart, exitCodes: {operator: In, values: [42]}}]}]}",
+                Some(&["spec.containers[1].restartPolicyRules", "spec.containers[1].restartPolicy"][..]),
+            ),
+            (
+                "spec: {initContainers: [{name: s, image: i, restartPolicy: Always}], containers: [{name: c, image: i}]}",
+                None,
+            ),
+            (
+                "spec: {containers: [{name: c, image: i, env: [{name: X, valueFrom: {fileKeyRef: {volumeName: v, path: p, key: k}}}]}]}",
+                Some(&["spec.containers[0].env[0].valueFrom.fileKeyRef"][..]),
+            ),
+            (
+                "spec: {hostnameOverride: other, containers: [{name: c, image: i}]}",
+                Some(&["spec.hostnameOverride"][..]),
+            ),
+            (
+                "spec: {volumes: [{name: v, projected: {sources: [{podCertificate: {signerName: x/y, keyType: ED25519, credentialBundlePath: b}}]}}], containers: [{name: c, image: i}]}",
+                Some(&["podCertificate"][..]),
+            ),
+            (
+                "spec: {os: {name: linux}, containers: [{name: c, image: i, lifecycle: {stopSignal: SIGUSR1}}]}",
+                None,
+            ),
+        ];
+        for (yaml, want) in cases {
+            let got = admit(&pod(yaml), &room(), Used::default());
+            match want {
+                None => assert!(got.is_none(), "{yaml}: {got:?}"),
+                Some(fields) => {
+                    let r = got.unwrap_or_else(|| panic!("{yaml}: admitted"));
+                    assert_eq!(r.reason, "UnsupportedPodSpec", "{yaml}");
+                    for f in fields {
+                        assert!(r.message.contains(f), "{yaml}: {f} not in {}", r.message);
+                    }
+                }
+            }
         }
     }
 

@@ -191,7 +191,7 @@ pub async fn run(
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::api::core::v1::PodCondition;
+    use k8s_openapi::api::core::v1::{ContainerStatus, PodCondition};
 
     use super::*;
 
@@ -247,5 +247,27 @@ mod tests {
         assert!(!newer(None, Some("100")), "no contradiction");
         assert!(!newer(Some("120"), None), "a pod that was gone when we wrote");
         assert!(newer(Some("b"), Some("a")), "not numbers: any other version");
+    }
+
+    /// KEP-4960: the effective stop signal goes to the API server with the container status
+    /// (it keeps it only when its ContainerStopSignals gate is on, alpha in 1.36); a container
+    /// whose runtime reports none sends none.
+    #[test]
+    fn the_status_patch_carries_the_stop_signal() {
+        let status = PodStatus {
+            container_statuses: Some(vec![
+                ContainerStatus {
+                    name: "a".into(),
+                    stop_signal: Some("SIGUSR1".into()),
+                    ..Default::default()
+                },
+                ContainerStatus { name: "b".into(), ..Default::default() },
+            ]),
+            ..Default::default()
+        };
+        let patch = status_patch("u1", &status);
+        let cs = &patch["status"]["containerStatuses"];
+        assert_eq!(cs[0]["stopSignal"], "SIGUSR1", "{patch:#}");
+        assert!(cs[1].get("stopSignal").is_none(), "{patch:#}");
     }
 }

@@ -6,13 +6,13 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
-use k8s_cri::v1 as api;
-use k8s_cri::v1::image_service_client::ImageServiceClient;
-use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use tokio::net::UnixStream;
 use tonic::transport::{Channel, Endpoint, Uri};
 
 use super::CriError;
+use super::api;
+use super::api::image_service_client::ImageServiceClient;
+use super::api::runtime_service_client::RuntimeServiceClient;
 use super::convert::{container_from_status, sandbox_from_status};
 use crate::model::{ObservedContainer, ObservedPod, ObservedSandbox, keys};
 
@@ -25,7 +25,7 @@ const PULL_TIMEOUT: Duration = Duration::from_secs(300);
 const RPC_SLACK: Duration = Duration::from_secs(120);
 
 /// What the runtime says about itself.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RuntimeInfo {
     pub name: String,
     pub version: String,

@@ -2,8 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_cri::v1 as api;
-
+use super::api;
 use crate::model::{ContainerState, ObservedContainer, ObservedSandbox, SandboxState, keys};
 
 fn to_btree(m: &std::collections::HashMap<String, String>) -> BTreeMap<String, String> {
@@ -78,5 +77,6 @@ pub fn container_from_status(s: &api::ContainerStatus, sandbox_id: &str) -> Obse
             .unwrap_or(0),
         log_path: s.log_path.clone(),
         annotations: to_btree(&s.annotations),
+        stop_signal: super::signal::name_of(s.stop_signal).map(str::to_string),
     }
 }

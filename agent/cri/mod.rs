@@ -6,10 +6,17 @@
 
 mod client;
 mod convert;
+pub mod signal;
 
 pub use client::{CriClient, RuntimeInfo, StreamingRequest};
 pub use convert::{container_from_status, sandbox_from_status};
-pub use k8s_cri::v1 as api;
+
+/// The CRI v1 API (package `runtime.v1`) generated from `proto/cri/runtime/v1/api.proto`, the
+/// cri-api v0.36.3 proto (`hack/update-cri-proto.sh`): messages, clients and servers.
+#[allow(clippy::all, missing_docs)]
+pub mod api {
+    tonic::include_proto!("runtime.v1");
+}
 
 /// An error from one CRI call, naming the call and its target.
 #[derive(Debug, thiserror::Error)]

@@ -142,7 +142,7 @@ pub(crate) struct KubeReviewer {
 impl Reviewer for KubeReviewer {
     async fn review_token(&self, token: &str) -> Result<Option<User>, ReviewError> {
         let review = TokenReview {
-            spec: TokenReviewSpec { token: Some(token.to_string()), audiences: None },
+            spec: TokenReviewSpec { token: token.to_string(), audiences: None },
             ..TokenReview::default()
         };
         let api: Api<TokenReview> = Api::all(self.client.clone());

@@ -7,6 +7,7 @@ pub mod hooks;
 pub mod plan;
 pub mod spec;
 pub mod start;
+pub mod stop_signal;
 pub mod supervisor;
 pub mod terminate;
 pub mod update;

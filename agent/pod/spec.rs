@@ -390,6 +390,7 @@ pub fn container_config_with_env(
         annotations.insert(TERMINATION_FILE_ANNOTATION.into(), f.display().to_string());
     }
 
+    let stop_signal = stop_signal(c)?;
     let psc = s.security_context.clone().unwrap_or_default();
     let csc = c.security_context.clone().unwrap_or_default();
     let caps = csc.capabilities.clone().unwrap_or_default();
@@ -419,7 +420,8 @@ pub fn container_config_with_env(
         command: exp(c.command.as_ref().unwrap_or(&Vec::new())),
         args: exp(c.args.as_ref().unwrap_or(&Vec::new())),
         working_dir: c.working_dir.clone().unwrap_or_default(),
-        envs: env.into_iter().map(|(key, value)| api::KeyValue { key, value }).collect(),
+        // CRI 0.36 carries env values as bytes (same wire format as its earlier string).
+        envs: env.into_iter().map(|(key, value)| api::KeyValue { key, value: value.into_bytes() }).collect(),
         mounts,
         labels,
         annotations,
@@ -431,7 +433,20 @@ pub fn container_config_with_env(
             resources: Some(linux_resources(c)),
             security_context: Some(security),
         }),
+        stop_signal: stop_signal as i32,
         ..Default::default()
+    })
+}
+
+/// KEP-4960: `lifecycle.stopSignal` as CRI's enum, fixed when the container is created (the
+/// kubelet's `generateContainerConfig`); unset is `RUNTIME_DEFAULT` (the image's STOPSIGNAL,
+/// else SIGTERM). A name outside the API's list is an error, not a silent default: validation
+/// refuses it for static pods and the API server for API pods, so this is a backstop.
+pub fn stop_signal(c: &Container) -> Result<api::Signal, ConfigError> {
+    let name = c.lifecycle.as_ref().and_then(|l| l.stop_signal.as_deref());
+    crate::cri::signal::to_cri(name).ok_or_else(|| ConfigError {
+        container: c.name.clone(),
+        reason: format!("lifecycle.stopSignal {:?} is not a signal the API knows", name.unwrap_or_default()),
     })
 }
 

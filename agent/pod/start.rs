@@ -444,12 +444,14 @@ pub async fn start_container(ctx: &Shared, req: &StartRequest<'_>) -> Result<Str
             ctx.warning(&d.key, name, "Failed", format!("Error: {}", e.reason));
             err("CreateContainerConfigError", e.reason)
         })?;
+    let wanted_signal = api::Signal::try_from(config.stop_signal).unwrap_or(api::Signal::RuntimeDefault);
     let id =
         ctx.cri.create_container(req.sandbox_id, config, req.sandbox_config.clone()).await.map_err(|e| {
             ctx.warning(&d.key, name, "Failed", format!("Error: {e}"));
             err("CreateContainerError", e.to_string())
         })?;
     ctx.normal(&d.key, name, "Created", format!("Created container: {}", c.name));
+    super::stop_signal::report_if_ignored(ctx, d, c, &id, req.sandbox_id, wanted_signal).await;
     ctx.registry.add_step(
         &d.key,
         name,

@@ -255,6 +255,7 @@ mod tests {
             restart_count: 0,
             log_path: String::new(),
             annotations: Default::default(),
+            stop_signal: None,
         }
     }
 

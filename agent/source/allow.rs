@@ -154,6 +154,9 @@ static SPEC: Table = Table {
         ("schedulerName", Warn(SCHEDULING)),
         ("schedulingGates", Warn(SCHEDULING)),
         ("topologySpreadConstraints", Warn(SCHEDULING)),
+        ("schedulingGroup", Warn(SCHEDULING)),
+        // It would change the hostname the containers see: refused rather than ignored.
+        ("hostnameOverride", Reject("hostnameOverride is not supported by crilet")),
         ("overhead", Warn("pod overhead is not accounted by crilet; ignored")),
         ("serviceAccountName", Warn(NO_SERVICE_ACCOUNT)),
         ("serviceAccount", Warn(NO_SERVICE_ACCOUNT)),
@@ -209,6 +212,10 @@ static CONTAINER: Table = Table {
         ("terminationMessagePath", Leaf),
         ("terminationMessagePolicy", Leaf),
         ("restartPolicy", Leaf),
+        (
+            "restartPolicyRules",
+            Reject("container restart rules (restartPolicyRules) are not supported by crilet"),
+        ),
         // Passed to the runtime; `kubectl attach` reaches them in cluster mode.
         ("stdin", Leaf),
         ("stdinOnce", Leaf),
@@ -332,8 +339,10 @@ static TCP_SOCKET: Table = Table { fields: &[("port", Leaf), ("host", Leaf)], un
 
 static GRPC: Table = Table { fields: &[("port", Leaf), ("service", Leaf)], unknown: Unknown::Warn };
 
-static LIFECYCLE: Table =
-    Table { fields: &[("postStart", Obj(&HANDLER)), ("preStop", Obj(&HANDLER))], unknown: Unknown::Warn };
+static LIFECYCLE: Table = Table {
+    fields: &[("postStart", Obj(&HANDLER)), ("preStop", Obj(&HANDLER)), ("stopSignal", Leaf)],
+    unknown: Unknown::Warn,
+};
 
 static HANDLER: Table = Table {
     fields: &[

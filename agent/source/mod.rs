@@ -41,6 +41,7 @@ mod scan;
 mod uid;
 mod validate;
 mod validate_container;
+mod validate_stop_signal;
 mod value;
 mod watch;
 

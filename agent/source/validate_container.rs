@@ -14,6 +14,7 @@ use super::Findings;
 use super::limits::quoted;
 use super::names::{dns1123_label, env_var_name, http_header_name, iana_svc_name};
 use super::validate::{check, id_range, one_of, quantity};
+use super::validate_stop_signal::stop_signal;
 
 /// Downward-API fields an env var may take with `valueFrom.fieldRef`.
 pub(super) const SUPPORTED_FIELD_PATHS: &[&str] = &[
@@ -48,6 +49,8 @@ struct Pod<'a> {
     volumes: &'a BTreeSet<&'a str>,
     host_network: bool,
     grace: i64,
+    /// `spec.os.name`, which stop signals depend on.
+    os: Option<&'a str>,
 }
 
 /// Validates every container of the pod; `volumes` are the pod's volume names.
@@ -59,6 +62,7 @@ pub(super) fn containers(spec: &PodSpec, volumes: &BTreeSet<&str>, f: &mut Findi
         volumes,
         host_network: spec.host_network == Some(true),
         grace: spec.termination_grace_period_seconds.unwrap_or(0),
+        os: spec.os.as_ref().map(|os| os.name.as_str()),
     };
     let init = spec.init_containers.iter().flatten().enumerate().map(|(i, c)| {
         let kind = if c.restart_policy.as_deref() == Some("Always") { Kind::Sidecar } else { Kind::Init };
@@ -156,6 +160,9 @@ fn container(c: &Container, path: &str, kind: Kind, pod: &Pod<'_>, f: &mut Findi
                 if let Some(handler) = handler {
                     hook(handler, &format!("{path}.lifecycle.{field}"), pod.grace, f);
                 }
+            }
+            if let Some(signal) = lifecycle.stop_signal.as_deref() {
+                stop_signal(signal, pod.os, &format!("{path}.lifecycle.stopSignal"), f);
             }
         }
     }

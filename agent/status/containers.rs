@@ -240,6 +240,9 @@ fn from_instance(
         container_id: Some(cid),
         restart_count,
         state: Some(state),
+        // KEP-4960: the effective signal as the runtime reports it (absent when it reports
+        // none: a runtime that ignores `lifecycle.stopSignal` must not look as if it used it).
+        stop_signal: c.stop_signal.clone(),
         ..Default::default()
     }
 }

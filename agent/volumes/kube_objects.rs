@@ -80,9 +80,9 @@ impl ApiObjects for KubeObjects {
     ) -> BoxFuture<'a, Result<IssuedToken, String>> {
         Box::pin(async move {
             let body = TokenRequest {
-                spec: TokenRequestSpec {
-                    // Empty: the API server's default audiences.
-                    audiences: request.audience.iter().cloned().collect(),
+                spec: Some(TokenRequestSpec {
+                    // None: the API server's default audiences.
+                    audiences: request.audience.as_ref().map(|a| vec![a.clone()]),
                     expiration_seconds: Some(request.expiration_seconds),
                     bound_object_ref: Some(BoundObjectReference {
                         api_version: Some("v1".into()),
@@ -90,7 +90,7 @@ impl ApiObjects for KubeObjects {
                         name: Some(request.pod_name.clone()),
                         uid: Some(request.pod_uid.clone()),
                     }),
-                },
+                }),
                 ..Default::default()
             };
             let api = Api::<ServiceAccount>::namespaced(self.client.clone(), &request.namespace);
@@ -100,7 +100,11 @@ impl ApiObjects for KubeObjects {
                 .map_err(message)?;
             let status =
                 out.status.ok_or_else(|| "the TokenRequest came back without a status".to_string())?;
-            Ok(IssuedToken { token: status.token, expires_at: status.expiration_timestamp.0 })
+            // Both are set by a successful TokenRequest; optional in the 1.36 types only.
+            let (Some(token), Some(expires)) = (status.token, status.expiration_timestamp) else {
+                return Err("the TokenRequest status lacks the token or its expiry".to_string());
+            };
+            Ok(IssuedToken { token, expires_at: expires.0 })
         })
     }
 

@@ -1,5 +1,5 @@
 //! A fault-injecting CRI proxy, the node e2e's way of making a real runtime misbehave: a tonic
-//! server on the `k8s-cri` service definitions, on a Unix socket of its own, that forwards every
+//! server on the generated CRI service definitions (`crilet::cri::api`), on a Unix socket of its own, that forwards every
 //! call to the real containerd. Run the agent with `--container-runtime-endpoint` set to
 //! [`CriProxy::endpoint`] and change the faults from the test at any time.
 //!
@@ -24,11 +24,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crilet::cri::api;
+use crilet::cri::api::image_service_client::ImageServiceClient;
+use crilet::cri::api::image_service_server::{ImageService, ImageServiceServer};
+use crilet::cri::api::runtime_service_client::RuntimeServiceClient;
+use crilet::cri::api::runtime_service_server::{RuntimeService, RuntimeServiceServer};
 use hyper_util::rt::TokioIo;
-use k8s_cri::v1::image_service_client::ImageServiceClient;
-use k8s_cri::v1::image_service_server::{ImageService, ImageServiceServer};
-use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
-use k8s_cri::v1::runtime_service_server::{RuntimeService, RuntimeServiceServer};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{broadcast, mpsc, watch};
 use tokio_stream::wrappers::{ReceiverStream, UnixListenerStream};
@@ -36,18 +36,20 @@ use tonic::transport::{Channel, Endpoint, Server, Uri};
 use tonic::{Code, Request, Response, Status};
 
 /// Every method of CRI's `RuntimeService` and `ImageService`, by its gRPC name.
-pub const METHODS: [&str; 34] = [
+pub const METHODS: [&str; 41] = [
     "Version",
     "RunPodSandbox",
     "StopPodSandbox",
     "RemovePodSandbox",
     "PodSandboxStatus",
     "ListPodSandbox",
+    "StreamPodSandboxes",
     "CreateContainer",
     "StartContainer",
     "StopContainer",
     "RemoveContainer",
     "ListContainers",
+    "StreamContainers",
     "ContainerStatus",
     "UpdateContainerResources",
     "ReopenContainerLog",
@@ -57,16 +59,21 @@ pub const METHODS: [&str; 34] = [
     "PortForward",
     "ContainerStats",
     "ListContainerStats",
+    "StreamContainerStats",
     "PodSandboxStats",
     "ListPodSandboxStats",
+    "StreamPodSandboxStats",
     "UpdateRuntimeConfig",
     "Status",
     "CheckpointContainer",
     "GetContainerEvents",
     "ListMetricDescriptors",
     "ListPodSandboxMetrics",
+    "StreamPodSandboxMetrics",
     "RuntimeConfig",
+    "UpdatePodSandboxResources",
     "ListImages",
+    "StreamImages",
     "ImageStatus",
     "PullImage",
     "RemoveImage",
@@ -273,6 +280,12 @@ names_nothing!(
     RuntimeConfigRequest,
     ListImagesRequest,
     ImageFsInfoRequest,
+    StreamPodSandboxesRequest,
+    StreamContainersRequest,
+    StreamContainerStatsRequest,
+    StreamPodSandboxStatsRequest,
+    StreamPodSandboxMetricsRequest,
+    StreamImagesRequest,
 );
 
 names_field!(
@@ -292,6 +305,7 @@ names_field!(
     PortForwardRequest.pod_sandbox_id,
     ContainerStatsRequest.container_id,
     CheckpointContainerRequest.container_id,
+    UpdatePodSandboxResourcesRequest.pod_sandbox_id,
 );
 
 impl Ids for api::RunPodSandboxRequest {
@@ -399,8 +413,12 @@ struct Proxy {
 
 /// `impl $service for Proxy`, each unary method logged, faulted and forwarded with `$client`;
 /// `$extra` holds the service's other items (the event stream).
+/// `streams { method(Req) -> Resp as StreamType = "Name"; }` forwards a server-streaming method
+/// (cri-api 0.34+'s `Stream*` lists): faulted on the open, then containerd's stream as it is.
 macro_rules! forwarding {
-    ($service:ident via $client:ident { $($method:ident($req:ident) -> $resp:ident = $name:literal;)* } $($extra:tt)*) => {
+    ($service:ident via $client:ident { $($method:ident($req:ident) -> $resp:ident = $name:literal;)* }
+     streams { $($smethod:ident($sreq:ident) -> $sresp:ident as $stype:ident = $sname:literal;)* }
+     $($extra:tt)*) => {
         #[tonic::async_trait]
         impl $service for Proxy {
             $(
@@ -412,6 +430,15 @@ macro_rules! forwarding {
                         self.$client.clone().$method(forwarded(message, deadline)).await
                     })
                     .await
+                }
+            )*
+            $(
+                type $stype = tonic::Streaming<api::$sresp>;
+
+                async fn $smethod(&self, request: Request<api::$sreq>) -> Result<Response<Self::$stype>, Status> {
+                    let message = request.into_inner();
+                    let _running = self.state.enter($sname, message.ids()).await?;
+                    self.$client.clone().$smethod(Request::new(message)).await
                 }
             )*
             $($extra)*
@@ -451,6 +478,20 @@ forwarding!(RuntimeService via runtime {
     list_pod_sandbox_metrics(ListPodSandboxMetricsRequest) -> ListPodSandboxMetricsResponse
         = "ListPodSandboxMetrics";
     runtime_config(RuntimeConfigRequest) -> RuntimeConfigResponse = "RuntimeConfig";
+    update_pod_sandbox_resources(UpdatePodSandboxResourcesRequest) -> UpdatePodSandboxResourcesResponse
+        = "UpdatePodSandboxResources";
+}
+streams {
+    stream_pod_sandboxes(StreamPodSandboxesRequest) -> StreamPodSandboxesResponse
+        as StreamPodSandboxesStream = "StreamPodSandboxes";
+    stream_containers(StreamContainersRequest) -> StreamContainersResponse
+        as StreamContainersStream = "StreamContainers";
+    stream_container_stats(StreamContainerStatsRequest) -> StreamContainerStatsResponse
+        as StreamContainerStatsStream = "StreamContainerStats";
+    stream_pod_sandbox_stats(StreamPodSandboxStatsRequest) -> StreamPodSandboxStatsResponse
+        as StreamPodSandboxStatsStream = "StreamPodSandboxStats";
+    stream_pod_sandbox_metrics(StreamPodSandboxMetricsRequest) -> StreamPodSandboxMetricsResponse
+        as StreamPodSandboxMetricsStream = "StreamPodSandboxMetrics";
 }
     type GetContainerEventsStream = ReceiverStream<Result<api::ContainerEventResponse, Status>>;
 
@@ -498,6 +539,9 @@ forwarding!(ImageService via images {
     pull_image(PullImageRequest) -> PullImageResponse = "PullImage";
     remove_image(RemoveImageRequest) -> RemoveImageResponse = "RemoveImage";
     image_fs_info(ImageFsInfoRequest) -> ImageFsInfoResponse = "ImageFsInfo";
+}
+streams {
+    stream_images(StreamImagesRequest) -> StreamImagesResponse as StreamImagesStream = "StreamImages";
 });
 
 /// Moves one stream's events from containerd to the agent through the event faults, until

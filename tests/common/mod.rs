@@ -20,6 +20,12 @@ use serde_json::Value;
 
 const ENV_FILE: &str = "/run/crilet-dev/env";
 
+/// The env file of the runtime under test: `CRILET_ENV_FILE` when set (hack/test.sh's 2.3 leg:
+/// `/run/crilet-dev/env-2.3`, the containerd beside the main environment), else the main one.
+pub fn env_file() -> String {
+    std::env::var("CRILET_ENV_FILE").ok().filter(|f| !f.is_empty()).unwrap_or_else(|| ENV_FILE.to_string())
+}
+
 /// The test environment written by `hack/setup.sh`.
 pub struct Env {
     pub vars: HashMap<String, String>,
@@ -27,8 +33,11 @@ pub struct Env {
 
 impl Env {
     pub fn load() -> Env {
-        let text = std::fs::read_to_string(ENV_FILE).unwrap_or_else(|e| {
-            panic!("{ENV_FILE} is missing ({e}): run `hack/setup.sh` first (or the whole suite with `hack/test.sh`)")
+        let file = env_file();
+        let text = std::fs::read_to_string(&file).unwrap_or_else(|e| {
+            panic!(
+                "{file} is missing ({e}): run `hack/setup.sh` first (or the whole suite with `hack/test.sh`)"
+            )
         });
         let vars = text
             .lines()
@@ -39,7 +48,7 @@ impl Env {
     }
 
     pub fn get(&self, k: &str) -> String {
-        self.vars.get(k).cloned().unwrap_or_else(|| panic!("{k} missing from {ENV_FILE}"))
+        self.vars.get(k).cloned().unwrap_or_else(|| panic!("{k} missing from {}", env_file()))
     }
 
     pub fn endpoint(&self) -> String {

@@ -10,7 +10,7 @@ use std::path::Path;
 
 use super::{
     CGROUP_DRIVER, CGROUPS, CRI_ENDPOINT, CRI_EVENTS, CRI_TIMEOUT, Check, Config, EVENTS_WAIT, NETWORK_READY,
-    PAUSE_IMAGE, RUNTIME_READY, blocking,
+    PAUSE_IMAGE, RUNTIME_READY, STOP_SIGNALS, blocking,
 };
 use crate::cri::{CriClient, CriError, RuntimeInfo, api};
 
@@ -31,7 +31,7 @@ pub(super) async fn checks(cfg: &Config) -> Vec<Check> {
             checks.push(endpoint);
             checks.extend([RUNTIME_READY, NETWORK_READY, CRI_EVENTS].map(|n| Check::skip(n, why)));
             checks.push(cgroups);
-            checks.extend([CGROUP_DRIVER, PAUSE_IMAGE].map(|n| Check::skip(n, why)));
+            checks.extend([CGROUP_DRIVER, PAUSE_IMAGE, STOP_SIGNALS].map(|n| Check::skip(n, why)));
         }
         Ok((client, endpoint)) => {
             checks.push(endpoint);
@@ -54,6 +54,7 @@ pub(super) async fn checks(cfg: &Config) -> Vec<Check> {
                 ),
             };
             checks.push(pause_image_check(&pause, &cfg.image_endpoint));
+            checks.push(super::stop_signal::stop_signal_check(&super::stop_signal::probe(&client).await));
         }
     }
     checks
@@ -88,7 +89,7 @@ impl std::fmt::Display for CallError {
 }
 
 /// One CRI call, given [`CRI_TIMEOUT`] at most.
-async fn bounded<T>(call: impl Future<Output = Result<T, CriError>>) -> Result<T, CallError> {
+pub(super) async fn bounded<T>(call: impl Future<Output = Result<T, CriError>>) -> Result<T, CallError> {
     match tokio::time::timeout(CRI_TIMEOUT, call).await {
         Err(_) => Err(CallError::TimedOut),
         Ok(r) => r.map_err(CallError::from),

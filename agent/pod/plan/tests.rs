@@ -109,6 +109,7 @@ impl ObsB {
                 restart_count: n as u32,
                 log_path: String::new(),
                 annotations: Default::default(),
+                stop_signal: None,
             },
         );
         self

@@ -85,12 +85,6 @@ fn warning_cases() {
             "spec.containers[0].volumeMounts[0].mountPropagation",
             "private",
         ),
-        (
-            "stopSignal",
-            |v| set(v, "/spec/containers/0/lifecycle", json!({"stopSignal": "SIGUSR1"})),
-            "spec.containers[0].lifecycle.stopSignal",
-            "not supported",
-        ),
     ];
     for (name, edit, field, reason) in cases {
         let mut v = base();

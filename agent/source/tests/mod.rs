@@ -15,6 +15,7 @@ mod parse;
 mod pool;
 mod read;
 mod scan;
+mod stop_signal;
 mod uid;
 mod validate;
 mod validate_container;

@@ -130,6 +130,37 @@ fn pod_cases() {
             "not supported",
         ),
         ("hostUsers false", |v| set(v, "/spec/hostUsers", json!(false)), "spec.hostUsers", "user namespaces"),
+        // 1.34-1.36 API fields that would change what runs if they were ignored.
+        (
+            "hostnameOverride",
+            |v| set(v, "/spec/hostnameOverride", json!("other")),
+            "spec.hostnameOverride",
+            "not supported by crilet",
+        ),
+        (
+            "container restartPolicyRules",
+            |v| {
+                set(
+                    v,
+                    "/spec/containers/0/restartPolicyRules",
+                    json!([{"action": "Restart", "exitCodes": {"operator": "In", "values": [42]}}]),
+                )
+            },
+            "spec.containers[0].restartPolicyRules",
+            "not supported by crilet",
+        ),
+        (
+            "env fileKeyRef",
+            |v| {
+                set(
+                    v,
+                    "/spec/containers/0/env",
+                    json!([{"name": "X", "valueFrom": {"fileKeyRef": {"volumeName": "v", "path": "p", "key": "k"}}}]),
+                )
+            },
+            "spec.containers[0].env[0].valueFrom.fileKeyRef",
+            "not supported by crilet",
+        ),
         (
             "type error names its path",
             |v| set(v, "/spec/containers/0/ports/0/containerPort", json!("80")),

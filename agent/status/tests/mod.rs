@@ -198,6 +198,7 @@ impl ObservedBuilder {
                 restart_count: u32::try_from(restart_count).expect("few restarts"),
                 log_path: format!("/var/log/pods/default_web_uid-1/{name}/{restart_count}.log"),
                 annotations: BTreeMap::new(),
+                stop_signal: None,
             },
         );
         self
