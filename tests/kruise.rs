@@ -218,6 +218,7 @@ fn start_client(
                 let addrs = s
                     .endpoints
                     .iter()
+                    .flatten()
                     .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) == Some(true))
                     .flat_map(|e| e.addresses.clone())
                     .collect();
