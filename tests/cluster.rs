@@ -721,10 +721,18 @@ spec:
   containers:
   - name: web
     image: ${CRILET_IMAGE_WEB_V1}
+    env:
+    - name: POD_NAME
+      valueFrom: {fieldRef: {fieldPath: metadata.name}}
+    volumeMounts:
+    - {name: scratch, mountPath: /sub, subPathExpr: "logs/$(POD_NAME)"}
+    - {name: scratch, mountPath: /vol}
   - name: reader
     image: ${CRILET_IMAGE_BUSYBOX}
     stdin: true
     command: ["sh", "-c", "while read line; do echo got-$line; done"]
+  volumes:
+  - {name: scratch, emptyDir: {}}
 "#,
     ));
     node.wait_pod("streams", "both containers running", Duration::from_secs(60), |p| {
@@ -759,6 +767,12 @@ spec:
     let (ok, _, err) = node.kubectl(&["exec", "streams", "-c", "nope", "--", "true"]);
     assert!(!ok && err.contains("nope"), "an unknown container is an error: {err}");
 
+    // subPathExpr: the mount is the volume's `logs/<pod name>`, made on first use.
+    let (ok, _, err) = node.kubectl(&["exec", "streams", "-c", "web", "--", "touch", "/sub/mark"]);
+    assert!(ok, "{err}");
+    let (ok, out, err) = node.kubectl(&["exec", "streams", "-c", "web", "--", "ls", "/vol/logs/streams"]);
+    assert!(ok && out.trim() == "mark", "subPathExpr mount: {out} / {err}");
+
     // Service variables: the namespace's service (created before the pod) and the master one.
     let ip = node.kubectl(&["get", "service", "my-db", "-o", "jsonpath={.spec.clusterIP}"]).1;
     let (ok, env, err) = node.kubectl(&["exec", "streams", "-c", "web", "--", "env"]);
@@ -776,24 +790,45 @@ spec:
 
     // attach: what the client writes reaches the container's stdin, and its stdout comes back.
     // The container's stdin stays open (no stdinOnce), so the session lasts until kubectl is
-    // stopped: 5 s is plenty for one line there and back.
+    // stopped. A line written before the stream is up may be consumed by nobody yet, so a line
+    // goes every 500 ms until one comes back (or 60 s pass).
     let kubectl = node.cluster.get("CRILET_KUBECTL");
-    let mut attach = std::process::Command::new("timeout")
-        .args(["5", &kubectl, "--kubeconfig", &node.cluster.get("CRILET_CLUSTER_KUBECONFIG")])
+    let mut attach = std::process::Command::new(&kubectl)
+        .args(["--kubeconfig", &node.cluster.get("CRILET_CLUSTER_KUBECONFIG")])
         .args(["--cache-dir", &node.cluster.get("CRILET_KUBECTL_CACHE_DIR")])
         .args(["-n", &node.namespace, "attach", "-i", "streams", "-c", "reader"])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
         .spawn()
         .expect("kubectl attach");
-    if let Some(mut stdin) = attach.stdin.take() {
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let stdout = attach.stdout.take().expect("attach stdout");
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut stdin = attach.stdin.take().expect("attach stdin");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut seen = Vec::new();
+    let answered = loop {
         use std::io::Write;
-        stdin.write_all(b"ping\n").expect("attach stdin");
-    }
-    let out = attach.wait_with_output().expect("kubectl attach output");
-    let (out, err) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.contains("got-ping"), "attach: {out} / {err}");
+        let _ = stdin.write_all(b"ping\n");
+        if let Ok(line) = rx.recv_timeout(Duration::from_millis(500)) {
+            if line == "got-ping" {
+                break true;
+            }
+            seen.push(line);
+        }
+        if std::time::Instant::now() > deadline {
+            break false;
+        }
+    };
+    let _ = attach.kill();
+    let _ = attach.wait();
+    assert!(answered, "attach: no answer to a line on stdin; saw {seen:?}");
 
     // port-forward: a local port of kubectl reaches the pod's port 8080.
     let mut pf = std::process::Command::new(&kubectl)

@@ -291,11 +291,37 @@ fn next_restart_count(ctx: &Shared, req: &StartRequest<'_>) -> u32 {
     }
 }
 
+/// A mount's `subPathExpr` with `$(VAR)` taken from the container's environment, refused as
+/// the kubelet refuses it: a variable without a value, an absolute path, a `..` step.
+fn expand_sub_path(expr: &str, env: &[(String, String)]) -> Result<String, String> {
+    let missing = std::cell::RefCell::new(std::collections::BTreeSet::new());
+    let value = |n: &str| {
+        let v = env.iter().rev().find(|(k, _)| k == n).map(|(_, v)| v.clone()).filter(|v| !v.is_empty());
+        if v.is_none() {
+            missing.borrow_mut().insert(n.to_string());
+        }
+        Some(v.unwrap_or_default())
+    };
+    let sub = crate::expand::expand(expr, &value);
+    let missing = missing.into_inner();
+    if !missing.is_empty() {
+        return Err(format!("missing value for {}", missing.into_iter().collect::<Vec<_>>().join(", ")));
+    }
+    if sub.starts_with('/') {
+        return Err(format!("error SubPath `{sub}` must not be an absolute path"));
+    }
+    if sub.split('/').any(|part| part == "..") {
+        return Err(format!("unable to provision SubPath `{sub}`: must not contain '..'"));
+    }
+    Ok(sub)
+}
+
 /// Host paths for the container's volume mounts (emptyDir created on first use), plus the
 /// termination-message file (R1.12).
 fn prepare_mounts(
     ctx: &Shared,
     req: &StartRequest<'_>,
+    env: &[(String, String)],
 ) -> Result<(Vec<api::Mount>, Option<PathBuf>), StartError> {
     let d = req.desired;
     let c = req.spec;
@@ -328,7 +354,11 @@ fn prepare_mounts(
                 .map_err(|e| err("CreateContainerConfigError", format!("emptyDir {:?}: {e}", vol.name)))?;
             p
         };
-        if let Some(sub) = vm.sub_path.as_deref().filter(|s| !s.is_empty()) {
+        let expanded = match vm.sub_path_expr.as_deref().filter(|s| !s.is_empty()) {
+            Some(expr) => Some(expand_sub_path(expr, env).map_err(|m| err("CreateContainerConfigError", m))?),
+            None => None,
+        };
+        if let Some(sub) = expanded.as_deref().or(vm.sub_path.as_deref()).filter(|s| !s.is_empty()) {
             let resolved = match api_volume {
                 Some(_) => crate::volumes::sub_path_in_volume(&host, sub),
                 None => sub_path_in(&host, sub),
@@ -436,7 +466,25 @@ pub async fn start_container(ctx: &Shared, req: &StartRequest<'_>) -> Result<Str
         .map_err(|e| err("CreateContainerConfigError", format!("creating {}: {e}", log_dir.display())))?;
     prepare_volumes(ctx, d).await?;
     let api_env = env_sources(ctx, d, c).await?;
-    let (mounts, termination_file) = prepare_mounts(ctx, req)?;
+    // `subPathExpr` expands against the container's environment (the kubelet's makeMounts).
+    let mount_env = if c
+        .volume_mounts
+        .iter()
+        .flatten()
+        .any(|m| m.sub_path_expr.as_deref().is_some_and(|e| !e.is_empty()))
+    {
+        let rv = RuntimeValues {
+            pod_ips: req.pod_ips.to_vec(),
+            image_ref: image_ref.clone(),
+            restart_count,
+            termination_file: None,
+        };
+        crate::pod::spec::resolve_env(&ctx.node, d, c, &rv, api_env.as_ref())
+            .map_err(|e| err("CreateContainerConfigError", e.reason))?
+    } else {
+        Vec::new()
+    };
+    let (mounts, termination_file) = prepare_mounts(ctx, req, &mount_env)?;
     let rv = RuntimeValues { pod_ips: req.pod_ips.to_vec(), image_ref, restart_count, termination_file };
     let config = container_config_with_env(&ctx.node, d, c, req.kind, &rv, mounts, api_env.as_ref())
         .map_err(|e| {
@@ -615,6 +663,24 @@ mod tests {
 #[cfg(test)]
 mod sub_path_tests {
     use super::*;
+
+    #[test]
+    fn sub_path_expressions_expand_and_are_checked_as_the_kubelets() {
+        let env: Vec<(String, String)> = [("POD", "web-0"), ("EMPTY", ""), ("UP", ".."), ("ABS", "/etc")]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let cases = [
+            ("logs/$(POD)", Ok("logs/web-0".to_string())),
+            ("$(POD)/$$(POD)", Ok("web-0/$(POD)".to_string())),
+            ("$(NOPE)/$(EMPTY)", Err("missing value for EMPTY, NOPE".to_string())),
+            ("$(ABS)/x", Err("error SubPath `/etc/x` must not be an absolute path".to_string())),
+            ("a/$(UP)/b", Err("unable to provision SubPath `a/../b`: must not contain '..'".to_string())),
+        ];
+        for (expr, want) in cases {
+            assert_eq!(expand_sub_path(expr, &env), want, "{expr}");
+        }
+    }
 
     #[test]
     fn sub_paths_never_leave_the_volume() {
