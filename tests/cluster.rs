@@ -119,6 +119,8 @@ async fn api_pod_runs_with_status_matching_cri_and_deletes_cleanly() {
     assert_eq!(p["status"]["hostIP"], "127.0.0.1");
     assert_eq!(p["status"]["qosClass"], "BestEffort");
     assert!(p["status"]["startTime"].is_string());
+    // The status says which generation of the spec it is about.
+    assert_eq!(p["status"]["observedGeneration"], p["metadata"]["generation"], "{}", p["status"]);
     // What CRI shows is what the API shows.
     let cri = node.agent.env.cri();
     let uid = p["metadata"]["uid"].as_str().unwrap().to_string();

@@ -49,14 +49,14 @@ pub fn key_of(pod: &Pod) -> PodKey {
 }
 
 /// What the node runs for an API pod: the spec and the metadata containers read (labels,
-/// annotations), without the status and the fields the API server changes on every write.
+/// annotations), without the status and the fields the API server changes on every write. The
+/// generation stays: it changes with the spec only, and the status reports it.
 pub fn desired(pod: &Pod, node: &str) -> DesiredPod {
     let key = key_of(pod);
     let mut p = pod.clone();
     p.status = None;
     p.metadata.managed_fields = None;
     p.metadata.resource_version = None;
-    p.metadata.generation = None;
     p.metadata.deletion_timestamp = None;
     p.metadata.deletion_grace_period_seconds = None;
     p.metadata.finalizers = None;

@@ -29,11 +29,17 @@ const RECONCILE: Duration = Duration::from_secs(10);
 
 /// The strategic-merge patch of a pod's status as the node reports it; `None` fields are left
 /// out, conditions the node does not own are not sent (the API server keeps them).
-pub fn status_patch(uid: &str, status: &PodStatus) -> Value {
+pub fn status_patch(uid: &str, status: &PodStatus, generation: Option<i64>) -> Value {
     let mut s = status.clone();
     if let Some(conds) = s.conditions.as_mut() {
         conds.retain(|c| NODE_OWNED.contains(&c.type_.as_str()));
+        // The generation of the spec the status is about, as the kubelet reports it (pod
+        // observedGeneration tracking, GA in 1.35).
+        for c in conds.iter_mut() {
+            c.observed_generation = generation;
+        }
     }
+    s.observed_generation = generation;
     // Not the node's to write (the scheduler's, and the API server's).
     s.nominated_node_name = None;
     s.resize = None;
@@ -125,7 +131,12 @@ pub async fn run(
                 (hash == Some(&uid)).then(|| in_api.metadata.uid.clone()).flatten()
             };
             if let Some(target) = target {
-                let patch = status_patch(&target, status);
+                // An API pod's status is about the spec crilet runs; a mirror pod's, itself.
+                let generation = match is_api_source(&record.manifest_file) {
+                    true => record.pod.metadata.generation,
+                    false => in_api.metadata.generation,
+                };
+                let patch = status_patch(&target, status, generation);
                 let contradicted = api_contradicts(in_api, status)
                     .then(|| in_api.metadata.resource_version.clone())
                     .flatten();
@@ -265,7 +276,8 @@ mod tests {
             ]),
             ..Default::default()
         };
-        let patch = status_patch("u1", &status);
+        let patch = status_patch("u1", &status, Some(3));
+        assert_eq!(patch["status"]["observedGeneration"], 3, "{patch:#}");
         let cs = &patch["status"]["containerStatuses"];
         assert_eq!(cs[0]["stopSignal"], "SIGUSR1", "{patch:#}");
         assert!(cs[1].get("stopSignal").is_none(), "{patch:#}");
