@@ -286,11 +286,7 @@ start_env_daemon() {
     env "${envs[@]}" setsid "$@" </dev/null >>"$logfile" 2>&1 9>&- &
     local pid=$!
     echo "$pid" >"$pidfile"
-    sleep 0.2
-    case "$(pid_cmdline "$pid")" in
-        *"$1"*) ;;
-        *) die "$1 exited right after start (see $logfile): $(tail -n 5 "$logfile" 2>/dev/null)" ;;
-    esac
+    await_exec "$pid" "$1" || die "$1 exited right after start (see $logfile): $(tail -n 5 "$logfile" 2>/dev/null)"
 }
 
 # stop_manager — for a restart: the webhooks go first (with failurePolicy Fail, a webhook whose

@@ -319,11 +319,22 @@ start_daemon() {
     setsid "$@" </dev/null >>"$logfile" 2>&1 &
     local pid=$!
     echo "$pid" >"$pidfile"
-    sleep 0.1
-    case "$(pid_cmdline "$pid")" in
-        *"$1"*) ;;
-        *) die "$1 exited right after start (see $logfile): $(tail -n 5 "$logfile" 2>/dev/null)" ;;
-    esac
+    await_exec "$pid" "$1" || die "$1 exited right after start (see $logfile): $(tail -n 5 "$logfile" 2>/dev/null)"
+}
+
+# await_exec PID CMD — wait (up to 5 s) until the background job PID runs CMD. Right after the
+# fork it is still a copy of this shell; on a loaded machine the exec can take a while, so one
+# look after a fixed sleep could call a daemon that is starting fine "exited".
+await_exec() {
+    local i
+    for i in $(seq 50); do
+        case "$(pid_cmdline "$1")" in
+            *"$2"*) return 0 ;;
+        esac
+        [ -d "/proc/$1" ] || return 1
+        sleep 0.1
+    done
+    return 1
 }
 
 containerd_pid() { live_pid "$CONTAINERD_PIDFILE" "$CONTAINERD_CONFIG"; }
