@@ -234,7 +234,7 @@ impl Agent {
     /// SIGTERM by PID, SIGKILL after 15 s; then the kubelet's cgroup root goes too.
     pub async fn stop(mut self) {
         if let Some(child) = self.child.take() {
-            stop_child(child).await;
+            crate::node_agent::stop_child(child).await;
         }
         if self.kind == Kind::Kubelet {
             let root = self.log.parent().map(|d| d.join("root"));
@@ -266,19 +266,6 @@ fn clk_tck() -> f64 {
         .ok()
         .and_then(|o| String::from_utf8(o.stdout).ok()?.trim().parse().ok())
         .unwrap_or(100.0)
-}
-
-async fn stop_child(mut child: Child) {
-    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while Instant::now() < deadline && matches!(child.try_wait(), Ok(None)) {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    if matches!(child.try_wait(), Ok(None)) {
-        let _ = child.kill();
-    }
-    let _ = child.wait();
 }
 
 /// Makes (or removes, leaves first) the kubelet's cgroup root in every cgroup v1 hierarchy.

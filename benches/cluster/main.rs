@@ -22,6 +22,10 @@
 //!   CRILET_BENCH_MD               where to write the markdown section [stdout only]
 
 mod agents;
+// The node benchmark's agent helpers (stopping a child by PID).
+#[path = "../node/agent.rs"]
+#[allow(dead_code)]
+mod node_agent;
 #[path = "../node/report.rs"]
 #[allow(dead_code)]
 mod report;
