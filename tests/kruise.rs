@@ -681,8 +681,16 @@ spec:
     assert_eq!(crr["status"]["phase"], "Completed", "{}", crr["status"]);
     assert_eq!(crr["status"]["containerRecreateStates"][0]["phase"], "Succeeded", "{}", crr["status"]);
     println!("CRR completed in {:.1} s", t0.elapsed().as_secs_f64());
-    let after = k.ready_pods("app=web", 1, Duration::from_secs(30)).await;
-    let q = &after[&name];
+    // The CRR completes on what kruise-daemon reads from CRI; the pod's status in the API
+    // follows on crilet's next write, so wait for it to show the new container.
+    let old_web = cid(&p, "web");
+    let q = wait_for("the pod's status to show web recreated and Ready", Duration::from_secs(30), || async {
+        let pods = k.pods("app=web");
+        let q = pods.get(&name)?;
+        (cid(q, "web") != old_web && api_condition(q, "Ready") == Some("True")).then(|| q.clone())
+    })
+    .await;
+    let q = &q;
     assert_eq!(uid(q), uid(&p));
     assert_eq!(k.sandbox_of(&uid(q)).await, sandbox, "same sandbox");
     assert_ne!(cid(q, "web"), cid(&p, "web"), "web recreated");
