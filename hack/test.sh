@@ -30,7 +30,7 @@ LEGS="${CRILET_TEST_LEGS:-2.1 2.3 1.6}"
 export CRILET_CHAOS_SEED="${CRILET_CHAOS_SEED:-392422939885647967}"
 # The tests that must pass on the relist leg too.
 RELIST_TESTS=(--test lifecycle --test probes --test status --test termination --test runtime_restart
-    --test runtime_faults --test log_rotation --test metrics)
+    --test runtime_faults --test log_rotation --test metrics --test restart_rules)
 
 cleanup() {
     local status=$?

@@ -154,12 +154,6 @@ fn unsupported(spec: &PodSpec) -> Option<Rejection> {
     let apps = spec.containers.iter().enumerate().map(|(i, c)| ("containers", i, c));
     for (kind, i, c) in init.chain(apps) {
         found.extend(unsupported_in_container(c).into_iter().map(|why| format!("spec.{kind}[{i}].{why}")));
-        // KEP-5307: a restartPolicy of its own on an app container (sidecars are init containers).
-        if kind == "containers" && c.restart_policy.is_some() {
-            found.push(format!(
-                "spec.containers[{i}].restartPolicy: container restart policies are not supported by crilet"
-            ));
-        }
     }
     if spec.hostname_override.is_some() {
         found.push("spec.hostnameOverride: not supported by crilet".into());
@@ -189,9 +183,6 @@ fn unsupported_in_container(c: &Container) -> Vec<String> {
     let mut found = Vec::new();
     if c.volume_devices.as_ref().is_some_and(|d| !d.is_empty()) {
         found.push("volumeDevices: not supported by crilet".to_string());
-    }
-    if c.restart_policy_rules.as_ref().is_some_and(|r| !r.is_empty()) {
-        found.push("restartPolicyRules: container restart rules are not supported by crilet".into());
     }
     for (k, env) in c.env.iter().flatten().enumerate() {
         if env.value_from.as_ref().is_some_and(|v| v.file_key_ref.is_some()) {
@@ -319,13 +310,18 @@ mod tests {
     }
 
     /// Fields of the 1.34-1.36 API that pass the API server with their gates on but that
-    /// crilet does not implement: refused by name, never ignored. A stop signal is served.
+    /// crilet does not implement: refused by name, never ignored. Stop signals and container
+    /// restart rules (RestartAllContainers too) are served.
     #[test]
     fn newer_api_fields_are_refused_or_served() {
         let cases = [
             (
                 "spec: {containers: [{name: a, image: i}, {name: c, image: i, restartPolicy: Never, restartPolicyRules: [{action: Restart, exitCodes: {operator: In, values: [42]}}]}]}",
-                Some(&["spec.containers[1].restartPolicyRules", "spec.containers[1].restartPolicy"][..]),
+                None,
+            ),
+            (
+                "spec: {containers: [{name: c, image: i, restartPolicy: Never, restartPolicyRules: [{action: RestartAllContainers, exitCodes: {operator: In, values: [42]}}]}]}",
+                None,
             ),
             (
                 "spec: {initContainers: [{name: s, image: i, restartPolicy: Always}], containers: [{name: c, image: i}]}",

@@ -18,8 +18,14 @@ use crate::source::{Deleting, ManifestSet};
 
 /// Conditions the node writes itself; every other condition of an API pod is a controller's
 /// (a readiness gate such as OpenKruise's `InPlaceUpdateReady`) and reaches status as external.
-pub const NODE_OWNED: [&str; 5] =
-    ["PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready", "PodScheduled"];
+pub const NODE_OWNED: [&str; 6] = [
+    "PodReadyToStartContainers",
+    "Initialized",
+    "ContainersReady",
+    "Ready",
+    "PodScheduled",
+    "AllContainersRestarting",
+];
 
 /// The pods refused at admission, by UID: the status writer fails them in the API.
 pub type Rejections = BTreeMap<String, (crate::model::PodKey, Rejection)>;

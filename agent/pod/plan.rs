@@ -9,7 +9,10 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 
 use super::hash::{HASH_SCHEME_ANNOTATION, container_hash_with};
 use crate::model::{ContainerState, ObservedContainer, ObservedPod, SandboxState};
-use crate::status::{ContainerKind, should_restart};
+use crate::status::{
+    ContainerKind, container_should_restart, restart_all_rule_matches, restart_all_triggered,
+    restart_without_exit_code, should_restart,
+};
 
 pub use crate::probe::{ProbeResult, ProbeResults};
 pub use crate::status::is_sidecar;
@@ -47,10 +50,23 @@ pub struct ContainerKill {
     pub message: String,
 }
 
+/// One instance to stop (without preStop or grace) and remove for a RestartAllContainers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerReset {
+    pub id: String,
+    pub name: String,
+    /// Still running (or unknown, or created): stopped before it is removed.
+    pub kill: bool,
+}
+
 /// What one sync does, in this order: kill the pod or single containers, (purge init containers
-/// and) create the sandbox, start init containers one by one, start app containers.
+/// and) create the sandbox, start init containers one by one, start app containers. A plan with
+/// `reset` does that alone (KEP-5532).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Plan {
+    /// RestartAllContainers: every instance of the pod to stop and remove, in this order (the
+    /// ones whose exit triggered it last, so an agent that dies halfway sees the trigger again).
+    pub reset: Vec<ContainerReset>,
     pub kill_pod: Option<PodKillReason>,
     /// Create a sandbox with this attempt number (after killing the old pod).
     pub create_sandbox: Option<u32>,
@@ -158,6 +174,13 @@ pub fn plan_held(pod: &Pod, observed: &ObservedPod, probes: &ProbeResults, held:
     let policy = restart_policy(pod);
     let mut plan = Plan::default();
 
+    // KEP-5532 (upstream `computePodActions`): a RestartAllContainers exit comes before
+    // anything else; the next sync, with no instance left, starts the pod over in its sandbox.
+    if let Some(reset) = restart_all(pod, observed) {
+        plan.reset = reset;
+        return plan;
+    }
+
     if let Some(attempt) = sandbox_change(pod, observed) {
         // R2.7/R2.8: a new sandbox means killing whatever still runs first.
         let had_sandbox = !observed.sandboxes.is_empty();
@@ -171,13 +194,32 @@ pub fn plan_held(pod: &Pod, observed: &ObservedPod, probes: &ProbeResults, held:
         }
         let apps: Vec<String> = app_containers(pod)
             .iter()
-            .filter(|c| !(policy == "OnFailure" && succeeded(observed, &c.name)))
+            .filter(|c| !(runs_once(c, policy) && succeeded(observed, &c.name)))
             .map(|c| c.name.clone())
             .collect();
         // R2.8(b): nothing left to run and the app containers already ran.
         if apps.is_empty() && app_containers(pod).iter().any(|c| observed.newest(&c.name).is_some()) {
             plan.kill_pod.get_or_insert(PodKillReason::PodCompleted);
             return plan;
+        }
+        // KEP-5307: with containers' own policies, a pod whose policy restarts can still be done
+        // for good: an init container failed and may not retry, or every app container ended
+        // and none may run again. Upstream's phase is then terminal and the pod is not started
+        // over in a new sandbox.
+        if attempt != 0 {
+            if init_failed_for_good(pod, observed) {
+                plan.kill_pod = Some(PodKillReason::InitContainerFailed);
+                return plan;
+            }
+            let ended = |c: &Container| {
+                observed.newest(&c.name).is_some_and(|o| {
+                    o.state == ContainerState::Exited && !container_should_restart(c, policy, o.exit_code)
+                })
+            };
+            if app_containers(pod).iter().all(ended) {
+                plan.kill_pod = Some(PodKillReason::PodCompleted);
+                return plan;
+            }
         }
         plan.create_sandbox = Some(attempt);
         match init_containers(pod).first() {
@@ -201,9 +243,16 @@ pub fn plan_held(pod: &Pod, observed: &ObservedPod, probes: &ProbeResults, held:
                     // R2.4: a changed definition restarts regardless of restartPolicy.
                     (format!("Container {} definition changed", spec.name), true)
                 } else if probes.liveness.get(&c.id) == Some(&ProbeResult::Failure) {
-                    (format!("Container {} failed liveness probe", spec.name), policy != "Never")
+                    // KEP-5307: no exit code, so no rules: the container's own policy decides.
+                    (
+                        format!("Container {} failed liveness probe", spec.name),
+                        restart_without_exit_code(spec, policy),
+                    )
                 } else if probes.startup.get(&c.id) == Some(&ProbeResult::Failure) {
-                    (format!("Container {} failed startup probe", spec.name), policy != "Never")
+                    (
+                        format!("Container {} failed startup probe", spec.name),
+                        restart_without_exit_code(spec, policy),
+                    )
                 } else {
                     keep += 1;
                     continue;
@@ -222,7 +271,7 @@ pub fn plan_held(pod: &Pod, observed: &ObservedPod, probes: &ProbeResults, held:
                 }
             }
             _ => {
-                if should_restart(ContainerKind::App, policy, newest, false) {
+                if should_restart(spec, ContainerKind::App, policy, newest, false) {
                     plan.app_to_start.push(spec.name.clone());
                     if let Some(c) = newest.filter(|c| c.state == ContainerState::Unknown) {
                         plan.kills.push(ContainerKill {
@@ -247,6 +296,50 @@ pub fn plan_held(pod: &Pod, observed: &ObservedPod, probes: &ProbeResults, held:
     plan
 }
 
+/// A regular init container's newest instance failed and its policy and rules do not retry it.
+fn init_failed_for_good(pod: &Pod, observed: &ObservedPod) -> bool {
+    init_containers(pod).iter().filter(|c| !is_sidecar(c)).any(|c| {
+        observed.newest(&c.name).is_some_and(|o| {
+            o.state == ContainerState::Exited
+                && crate::status::init_failed(o)
+                && !container_should_restart(c, restart_policy(pod), o.exit_code)
+        })
+    })
+}
+
+/// Is a succeeded instance of this container left alone when the sandbox is re-created? Under
+/// `OnFailure`, the container's own policy first (KEP-5307).
+fn runs_once(c: &Container, pod_policy: &str) -> bool {
+    c.restart_policy.as_deref().unwrap_or(pod_policy) == "OnFailure"
+}
+
+/// KEP-5532 (upstream `getContainersToReset`): when triggered, every instance of every init
+/// and app container, in the order app targets, init targets, app sources, init sources (a
+/// source is an exited instance whose code matches a RestartAllContainers rule).
+fn restart_all(pod: &Pod, observed: &ObservedPod) -> Option<Vec<ContainerReset>> {
+    if !restart_all_triggered(pod, observed) {
+        return None;
+    }
+    let split = |specs: &[Container]| {
+        let (mut sources, mut targets) = (Vec::new(), Vec::new());
+        for spec in specs {
+            for c in observed.containers.iter().filter(|c| c.name == spec.name) {
+                let exited = c.state == ContainerState::Exited;
+                let r = ContainerReset { id: c.id.clone(), name: c.name.clone(), kill: !exited };
+                if exited && restart_all_rule_matches(spec, c.exit_code) {
+                    sources.push(r);
+                } else {
+                    targets.push(r);
+                }
+            }
+        }
+        (sources, targets)
+    };
+    let (init_sources, init_targets) = split(init_containers(pod));
+    let (app_sources, app_targets) = split(app_containers(pod));
+    Some([app_targets, init_targets, app_sources, init_sources].concat())
+}
+
 fn succeeded(observed: &ObservedPod, name: &str) -> bool {
     observed.newest(name).is_some_and(|c| c.state == ContainerState::Exited && c.exit_code == 0)
 }
@@ -266,7 +359,7 @@ fn plan_init_containers(
     }
     let previously_initialized = app_created_or_running(pod, observed);
     let mut initialized = previously_initialized;
-    let restart_on_failure = restart_policy(pod) != "Never";
+    let policy = restart_policy(pod);
     let mut starts: Vec<usize> = Vec::new();
     let mut kill = |c: &ObservedContainer, reason: KillReason, message: String| {
         plan.kills.push(ContainerKill { id: c.id.clone(), name: c.name.clone(), reason, message });
@@ -341,7 +434,8 @@ fn plan_init_containers(
             ContainerState::Exited if sidecar => starts.push(i),
             ContainerState::Exited => {
                 if crate::status::init_failed(status) {
-                    if !restart_on_failure {
+                    // KEP-5307: the exit code against the container's rules and policy.
+                    if !container_should_restart(spec, policy, status.exit_code) {
                         plan.kill_pod = Some(PodKillReason::InitContainerFailed);
                         plan.init_to_start.clear();
                         return false;
@@ -354,7 +448,7 @@ fn plan_init_containers(
                 }
             }
             ContainerState::Unknown => {
-                if !sidecar && !restart_on_failure {
+                if !sidecar && !restart_without_exit_code(spec, policy) {
                     plan.kill_pod = Some(PodKillReason::InitContainerFailed);
                     plan.init_to_start.clear();
                     return false;

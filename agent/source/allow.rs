@@ -212,10 +212,7 @@ static CONTAINER: Table = Table {
         ("terminationMessagePath", Leaf),
         ("terminationMessagePolicy", Leaf),
         ("restartPolicy", Leaf),
-        (
-            "restartPolicyRules",
-            Reject("container restart rules (restartPolicyRules) are not supported by crilet"),
-        ),
+        ("restartPolicyRules", List(&RESTART_RULE)),
         // Passed to the runtime; `kubectl attach` reaches them in cluster mode.
         ("stdin", Leaf),
         ("stdinOnce", Leaf),
@@ -252,6 +249,12 @@ static PORT: Table = Table {
     ],
     unknown: Unknown::Warn,
 };
+
+/// KEP-5307 container restart rules.
+static RESTART_RULE: Table =
+    Table { fields: &[("action", Leaf), ("exitCodes", Obj(&EXIT_CODES))], unknown: Unknown::Warn };
+
+static EXIT_CODES: Table = Table { fields: &[("operator", Leaf), ("values", Leaf)], unknown: Unknown::Warn };
 
 static VOLUME_MOUNT: Table = Table {
     fields: &[

@@ -104,6 +104,46 @@ pub(super) fn containers(spec: &PodSpec, volumes: &BTreeSet<&str>, f: &mut Findi
     }
 }
 
+/// KEP-5307 as the API server validates it (`validateContainerRestartPolicy`): a container's
+/// own `restartPolicy` (Always on an init container makes it a sidecar) and its
+/// `restartPolicyRules`: at most 20, each with an action and its `exitCodes` (In or NotIn, at
+/// most 255 values), and only beside a `restartPolicy`.
+fn restart_policy(c: &Container, path: &str, f: &mut Findings) {
+    let policy = c.restart_policy.as_deref();
+    one_of(f, &format!("{path}.restartPolicy"), policy, &["Always", "Never", "OnFailure"]);
+    let rules = c.restart_policy_rules.as_deref().unwrap_or_default();
+    if rules.is_empty() {
+        return;
+    }
+    if policy.is_none() {
+        f.error(
+            format!("{path}.restartPolicy"),
+            "required: must specify restartPolicy when restart rules are used",
+        );
+    }
+    if rules.len() > 20 {
+        f.error(format!("{path}.restartPolicyRules"), format!("too many: {} rules, at most 20", rules.len()));
+    }
+    for (i, rule) in rules.iter().enumerate() {
+        let here = format!("{path}.restartPolicyRules[{i}]");
+        one_of(
+            f,
+            &format!("{here}.action"),
+            Some(rule.action.as_str()),
+            &["Restart", "RestartAllContainers"],
+        );
+        let Some(codes) = rule.exit_codes.as_ref() else {
+            f.error(format!("{here}.exitCodes"), "required: must be specified");
+            continue;
+        };
+        one_of(f, &format!("{here}.exitCodes.operator"), Some(codes.operator.as_str()), &["In", "NotIn"]);
+        let n = codes.values.as_ref().map_or(0, Vec::len);
+        if n > 255 {
+            f.error(format!("{here}.exitCodes.values"), format!("too many: {n} values, at most 255"));
+        }
+    }
+}
+
 fn container(c: &Container, path: &str, kind: Kind, pod: &Pod<'_>, f: &mut Findings) {
     if c.name.is_empty() {
         f.error(format!("{path}.name"), "required");
@@ -119,13 +159,7 @@ fn container(c: &Container, path: &str, kind: Kind, pod: &Pod<'_>, f: &mut Findi
     }
     let pull = c.image_pull_policy.as_deref();
     one_of(f, &format!("{path}.imagePullPolicy"), pull, &["Always", "IfNotPresent", "Never"]);
-    match (kind, c.restart_policy.as_deref()) {
-        (Kind::App, Some(_)) => f.error(
-            format!("{path}.restartPolicy"),
-            "may only be set on init containers (restartPolicy: Always makes a sidecar)",
-        ),
-        (_, policy) => one_of(f, &format!("{path}.restartPolicy"), policy, &["Always"]),
-    }
+    restart_policy(c, path, f);
     let policy = c.termination_message_policy.as_deref();
     one_of(f, &format!("{path}.terminationMessagePolicy"), policy, &["File", "FallbackToLogsOnError"]);
     ports(c, path, pod, f);

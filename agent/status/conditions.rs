@@ -8,7 +8,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::containers::find;
 use super::phase::{FAILED, SUCCEEDED};
-use super::restart::{app_containers, init_containers, is_sidecar};
+use super::restart::{all_containers_could_restart, app_containers, init_containers, is_sidecar};
 use crate::model::{ObservedPod, SandboxState};
 
 /// Condition types the kubelet owns, in the order they are listed.
@@ -25,7 +25,11 @@ pub const SCHEDULED: &str = "PodScheduled";
 /// gates `Ready` like a readiness gate, without being listed in `spec.readinessGates`.
 pub const IN_PLACE_UPDATE_READY: &str = "InPlaceUpdateReady";
 
-const KUBELET_OWNED: [&str; 5] = [READY_TO_START, INITIALIZED, READY, CONTAINERS_READY, SCHEDULED];
+/// KEP-5532: a pod with a RestartAllContainers rule reports whether it is restarting them.
+pub const ALL_CONTAINERS_RESTARTING: &str = "AllContainersRestarting";
+
+const KUBELET_OWNED: [&str; 6] =
+    [READY_TO_START, INITIALIZED, READY, CONTAINERS_READY, SCHEDULED, ALL_CONTAINERS_RESTARTING];
 
 /// What the conditions are computed from.
 pub(crate) struct Input<'a> {
@@ -37,6 +41,8 @@ pub(crate) struct Input<'a> {
     pub external: &'a [PodCondition],
     pub previous: Option<&'a PodStatus>,
     pub now: Timestamp,
+    /// A RestartAllContainers is under way (see `containers::Ctx::restarting_all`).
+    pub restarting_all: bool,
 }
 
 /// A condition without times (they are filled in by `conditions`).
@@ -60,13 +66,16 @@ impl Cond {
 /// kubelet-owned type is dropped: the kubelet's own wins).
 pub(crate) fn conditions(input: &Input) -> Vec<PodCondition> {
     let containers_ready = containers_ready(input);
-    let owned = [
+    let mut owned = vec![
         Cond { status: sandbox_ready_to_start(input.pod, input.observed), ..Cond::yes(READY_TO_START) },
         initialized(input),
         ready(input, &containers_ready),
         containers_ready,
         Cond::yes(SCHEDULED),
     ];
+    if all_containers_could_restart(input.pod) {
+        owned.push(all_containers_restarting(input));
+    }
     let prev = input.previous.and_then(|p| p.conditions.as_deref()).unwrap_or_default();
     let mut out: Vec<PodCondition> = owned
         .into_iter()
@@ -91,6 +100,30 @@ pub(crate) fn conditions(input: &Input) -> Vec<PodCondition> {
         .collect();
     out.extend(input.external.iter().filter(|c| !KUBELET_OWNED.contains(&c.type_.as_str())).cloned());
     out
+}
+
+/// KEP-5532 (upstream `GenerateAllContainersRestartingCondition`): True while a
+/// RestartAllContainers runs and an instance is left to remove; False once none is (the pod
+/// starts over), and in a terminal phase with its reason.
+fn all_containers_restarting(input: &Input) -> Cond {
+    match input.phase {
+        SUCCEEDED => return Cond::no(ALL_CONTAINERS_RESTARTING, Some("PodCompleted"), None),
+        FAILED => return Cond::no(ALL_CONTAINERS_RESTARTING, Some("PodFailed"), None),
+        _ => {}
+    }
+    let names: Vec<&str> =
+        init_containers(input.pod).iter().chain(app_containers(input.pod)).map(|c| c.name.as_str()).collect();
+    let left = input.observed.containers.iter().any(|c| names.contains(&c.name.as_str()));
+    if input.restarting_all && left {
+        Cond {
+            type_: ALL_CONTAINERS_RESTARTING,
+            status: true,
+            reason: Some("RestartAllContainersStarted"),
+            message: Some("container exited with restart policy rule".into()),
+        }
+    } else {
+        Cond::no(ALL_CONTAINERS_RESTARTING, None, None)
+    }
 }
 
 /// R2.6/R2.9: true exactly when the planner would keep the newest sandbox.

@@ -19,6 +19,10 @@ use crate::model::{self, ObservedContainer, ObservedPod, ProbeState};
 /// Upstream's reason and exit code for an instance the runtime lost track of (R9.1).
 const STATUS_UNKNOWN: &str = "ContainerStatusUnknown";
 const STATUS_UNKNOWN_EXIT: i32 = 137;
+/// KEP-5532: the reason of a container removed by a RestartAllContainers (upstream
+/// `RestartingAllContainers`), as its waiting state and its last termination.
+pub(crate) const RESTARTING_ALL: &str = "RestartingAllContainers";
+const RESTARTING_ALL_MESSAGE: &str = "The container is removed because RestartAllContainers in place";
 
 /// Everything the per-container conversion reads, borrowed from the `StatusInput`.
 pub(crate) struct Ctx<'a> {
@@ -28,6 +32,9 @@ pub(crate) struct Ctx<'a> {
     pub start_errors: &'a BTreeMap<String, StartError>,
     pub termination_messages: &'a BTreeMap<String, String>,
     pub terminating: bool,
+    /// KEP-5532: a RestartAllContainers is under way (an exit triggered it, or the previous
+    /// status said so): a container without an instance was removed for it.
+    pub restarting_all: bool,
 }
 
 /// `initContainerStatuses`, in spec order (sidecars included).
@@ -114,8 +121,10 @@ fn status_of(
     // R7.10/R9.1: a container that will be started again shows the last start error as its
     // waiting reason; the terminated state it had moves to lastState.
     let policy = restart_policy(ctx.pod);
-    let err =
-        ctx.start_errors.get(&spec.name).filter(|_| should_restart(kind, policy, newest, ctx.terminating));
+    let err = ctx
+        .start_errors
+        .get(&spec.name)
+        .filter(|_| should_restart(spec, kind, policy, newest, ctx.terminating));
     if let Some(err) = err {
         if let Some(state) = st.state.take_if(|s| s.terminated.is_some()) {
             st.last_state = Some(state);
@@ -132,16 +141,50 @@ fn status_of(
 /// carries it from the status it published, never dropped.
 /// - the previous status described this same instance: its lastState still holds;
 /// - it described an instance that terminated and is gone: that termination is the last state.
+/// - it was removed by a RestartAllContainers: the termination recorded for that stands.
 fn carried_last_state(prev: Option<&ContainerStatus>, newest_id: &str) -> Option<ContainerState> {
     let prev = prev?;
     if prev.container_id.as_deref() == Some(newest_id) {
         return prev.last_state.clone();
     }
+    if removed_for_restart_all(prev) {
+        return prev.last_state.clone();
+    }
     prev.state.clone().filter(|s| s.terminated.is_some())
+}
+
+/// KEP-5532: a status that shows its container removed by a RestartAllContainers.
+pub(crate) fn removed_for_restart_all(s: &ContainerStatus) -> bool {
+    s.state.as_ref().is_some_and(|st| st.waiting.is_some())
+        && s.last_state
+            .as_ref()
+            .and_then(|l| l.terminated.as_ref())
+            .is_some_and(|t| t.reason.as_deref() == Some(RESTARTING_ALL))
 }
 
 /// No runtime instance: the previous status stands, with two upstream inferences.
 fn no_instance(ctx: &Ctx, kind: ContainerKind, prev: Option<&ContainerStatus>, st: &mut ContainerStatus) {
+    // KEP-5532 (upstream): removed by a RestartAllContainers, it waits to run again; the removal
+    // is its last termination, and it counts as a restart.
+    if ctx.restarting_all && !ctx.terminating {
+        if let Some(p) = prev.filter(|p| p.state.as_ref().is_none_or(|s| s.waiting.is_none())) {
+            st.state = Some(waiting(Some(RESTARTING_ALL), Some(RESTARTING_ALL_MESSAGE)));
+            st.last_state = Some(ContainerState {
+                terminated: Some(ContainerStateTerminated {
+                    exit_code: STATUS_UNKNOWN_EXIT,
+                    reason: Some(RESTARTING_ALL.into()),
+                    message: Some(RESTARTING_ALL_MESSAGE.into()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            });
+            st.restart_count = p.restart_count.saturating_add(1);
+            st.container_id = None;
+            st.ready = false;
+            st.started = Some(false);
+            return;
+        }
+    }
     let waiting_now = st.state.as_ref().is_some_and(|s| s.waiting.is_some());
     let has_last_termination = st.last_state.as_ref().is_some_and(|s| s.terminated.is_some());
     // A container that was running and vanished from the runtime did terminate, we just do not

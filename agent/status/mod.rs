@@ -25,7 +25,11 @@ pub use self::conditions::{
 pub use self::phase::{
     FAILED, PENDING, RUNNING, SUCCEEDED, is_terminal, phase, phase_of_statuses, pod_initialized,
 };
-pub use self::restart::{ContainerKind, container_kinds, init_failed, is_sidecar, should_restart};
+pub use self::restart::{
+    ContainerKind, all_containers_could_restart, container_kinds, container_restartable,
+    container_should_restart, init_failed, is_sidecar, restart_all_rule_matches, restart_all_triggered,
+    restart_without_exit_code, should_restart,
+};
 use crate::model::{DesiredPod, ObservedPod, ProbeState};
 
 /// A start error remembered from the last sync, shown as the waiting reason while the container
@@ -68,6 +72,7 @@ pub fn compute(input: &StatusInput) -> PodStatus {
         start_errors: input.start_errors,
         termination_messages: input.termination_messages,
         terminating: input.terminating,
+        restarting_all: phase::restarting_all(&input.desired.pod, input.observed, input.previous),
     };
     let previous = input.previous;
     let prev_init = previous.and_then(|p| p.init_container_statuses.as_deref()).unwrap_or_default();
@@ -88,6 +93,7 @@ pub fn compute(input: &StatusInput) -> PodStatus {
         external: input.external_conditions,
         previous,
         now: input.now,
+        restarting_all: ctx.restarting_all,
     });
 
     // Reason and message belong to the phase: kept while it does not change (R9.4).

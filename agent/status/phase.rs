@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodStatus};
 
-use super::containers::{self, Ctx, find};
-use super::restart::{app_containers, init_containers, is_sidecar, restart_policy};
+use super::containers::{self, Ctx, find, removed_for_restart_all};
+use super::restart::{app_containers, container_should_restart, init_containers, is_sidecar, restart_policy};
 use crate::model::{ContainerState, ObservedPod, ProbeState};
 
 /// `status.phase` values.
@@ -41,6 +41,7 @@ pub fn phase(
         start_errors: &no_errors,
         termination_messages: &no_messages,
         terminating: false,
+        restarting_all: restarting_all(pod, observed, previous),
     };
     let prev_init = previous.and_then(|p| p.init_container_statuses.as_deref()).unwrap_or_default();
     let prev_apps = previous.and_then(|p| p.container_statuses.as_deref()).unwrap_or_default();
@@ -48,6 +49,17 @@ pub fn phase(
     let apps = containers::app_statuses(&ctx, prev_apps);
     let computed = phase_of_statuses(pod, &init, &apps, has_active_app_container(pod, observed));
     sticky(computed, previous)
+}
+
+/// KEP-5532 (upstream `ShouldAllContainersRestart`): an exit asks for all containers to
+/// restart, or the previous status says they are restarting.
+pub(crate) fn restarting_all(pod: &Pod, observed: &ObservedPod, previous: Option<&PodStatus>) -> bool {
+    let said = previous
+        .and_then(|p| p.conditions.as_deref())
+        .unwrap_or_default()
+        .iter()
+        .any(|c| c.type_ == super::conditions::ALL_CONTAINERS_RESTARTING && c.status == "True");
+    said || super::restart::restart_all_triggered(pod, observed)
 }
 
 /// R9.4: once a pod's phase is terminal it never changes.
@@ -89,6 +101,11 @@ fn state_of(s: &ContainerStatus) -> (bool, bool, bool) {
     )
 }
 
+/// The exit code of a terminated status, else of its last termination.
+fn exit_of(s: &ContainerStatus) -> Option<i32> {
+    s.state.as_ref().and_then(|st| st.terminated.as_ref()).map(|t| t.exit_code).or_else(|| last_exit(s))
+}
+
 fn last_exit(s: &ContainerStatus) -> Option<i32> {
     s.last_state.as_ref().and_then(|l| l.terminated.as_ref()).map(|t| t.exit_code)
 }
@@ -102,8 +119,12 @@ pub fn phase_of_statuses(
     has_initialized: bool,
 ) -> &'static str {
     let status = |name: &str| find(init, name).or_else(|| find(apps, name));
-    let (mut pending_init, mut pending_sidecars, mut failed_init) = (0, 0, 0);
+    let policy = restart_policy(pod);
+    // KEP-5307 (upstream with ContainerRestartRules on): what decides is whether the exit will
+    // be restarted, by the container's rules and policy, not the pod policy alone.
+    let (mut pending_init, mut pending_sidecars, mut failed_init_final) = (0, 0, 0);
     let (mut unknown, mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0, 0);
+    let mut stopped_final = 0;
 
     for spec in init_containers(pod) {
         let Some(s) = status(&spec.name) else {
@@ -131,14 +152,13 @@ pub fn phase_of_statuses(
                 pending_sidecars += 1;
                 unknown += 1;
             }
-        } else if is_terminated {
-            let code = s.state.as_ref().and_then(|s| s.terminated.as_ref()).map_or(0, |t| t.exit_code);
-            if code != 0 {
-                failed_init += 1;
-            }
-        } else if is_waiting && last_exit(s).is_some() {
-            if last_exit(s) != Some(0) {
-                failed_init += 1;
+        } else if removed_for_restart_all(s) {
+            // KEP-5532: removed to run again: the pod is Pending meanwhile.
+            pending_init += 1;
+        } else if is_terminated || (is_waiting && last_exit(s).is_some()) {
+            let code = exit_of(s).unwrap_or(0);
+            if code != 0 && !container_should_restart(spec, policy, code) {
+                failed_init_final += 1;
             }
         } else {
             // Running, waiting for its first run, or unknown.
@@ -154,15 +174,18 @@ pub fn phase_of_statuses(
         let (is_running, is_terminated, is_waiting) = state_of(s);
         if is_running {
             running += 1;
-        } else if is_terminated {
+        } else if removed_for_restart_all(s) {
+            waiting += 1;
+        } else if is_terminated || (is_waiting && last_exit(s).is_some()) {
             stopped += 1;
-            let code = s.state.as_ref().and_then(|s| s.terminated.as_ref()).map_or(0, |t| t.exit_code);
-            if code == 0 {
+            let code = exit_of(s).unwrap_or(0);
+            if !container_should_restart(spec, policy, code) {
+                stopped_final += 1;
+            }
+            // Restarting (waiting after an exit) is never counted as succeeded.
+            if is_terminated && code == 0 {
                 succeeded += 1;
             }
-        } else if is_waiting && last_exit(s).is_some() {
-            // Restarting (or about to be): stopped, but never counted as succeeded.
-            stopped += 1;
         } else if is_waiting {
             waiting += 1;
         } else {
@@ -170,8 +193,7 @@ pub fn phase_of_statuses(
         }
     }
 
-    let policy = restart_policy(pod);
-    if failed_init > 0 && policy == "Never" {
+    if failed_init_final > 0 {
         return FAILED;
     }
     if pending_init > 0 || (pending_sidecars > 0 && !has_initialized) || waiting > 0 {
@@ -183,12 +205,11 @@ pub fn phase_of_statuses(
     if running == 0 && stopped > 0 && unknown == 0 {
         // Step 5a ("the pod is terminal, so nothing restarts") never applies: every crilet pod
         // is a static pod (R3.8), also while it is being terminated.
-        return match policy {
-            "Always" => RUNNING,
-            _ if stopped == succeeded => SUCCEEDED,
-            "Never" => FAILED,
-            _ => RUNNING,
-        };
+        // Some container will run again: the pod is still running.
+        if stopped != stopped_final {
+            return RUNNING;
+        }
+        return if stopped == succeeded { SUCCEEDED } else { FAILED };
     }
     PENDING
 }

@@ -59,6 +59,29 @@ impl PodB {
         self.spec().restart_policy = Some(p.into());
         self
     }
+    /// KEP-5307: container `n`'s own restartPolicy and `Restart In [codes]` rule (none if empty).
+    fn own(self, n: &str, policy: &str, restart_on: &[i32]) -> Self {
+        self.own_rule(n, policy, "Restart", restart_on)
+    }
+    /// Container `n`'s own restartPolicy and one rule `action In [codes]` (none if empty).
+    fn own_rule(mut self, n: &str, policy: &str, action: &str, codes: &[i32]) -> Self {
+        let s = self.spec();
+        for c in s.containers.iter_mut().chain(s.init_containers.iter_mut().flatten()) {
+            if c.name == n {
+                c.restart_policy = Some(policy.into());
+                c.restart_policy_rules = (!codes.is_empty()).then(|| {
+                    vec![k8s_openapi::api::core::v1::ContainerRestartRule {
+                        action: action.into(),
+                        exit_codes: Some(k8s_openapi::api::core::v1::ContainerRestartRuleOnExitCodes {
+                            operator: "In".into(),
+                            values: Some(codes.to_vec()),
+                        }),
+                    }]
+                });
+            }
+        }
+        self
+    }
 }
 
 struct ObsB(ObservedPod, i64);
@@ -135,6 +158,8 @@ struct Want {
     kills: Vec<(&'static str, KillReason)>,
     init: Vec<&'static str>,
     app: Vec<&'static str>,
+    /// RestartAllContainers: (instance id, kill first), in order.
+    reset: Vec<(&'static str, bool)>,
 }
 
 fn check(name: &str, p: &PodB, o: &ObsB, probes: &ProbeResults, want: Want) {
@@ -146,6 +171,9 @@ fn check(name: &str, p: &PodB, o: &ObsB, probes: &ProbeResults, want: Want) {
     assert_eq!(kills, want_kills, "{name}: kills");
     assert_eq!(got.init_to_start, want.init, "{name}: init_to_start");
     assert_eq!(got.app_to_start, want.app, "{name}: app_to_start");
+    let reset: Vec<(String, bool)> = got.reset.iter().map(|r| (r.id.clone(), r.kill)).collect();
+    let want_reset: Vec<(String, bool)> = want.reset.iter().map(|(i, k)| (i.to_string(), *k)).collect();
+    assert_eq!(reset, want_reset, "{name}: reset");
 }
 
 #[test]
@@ -475,5 +503,166 @@ fn starts_after_an_outside_sigkill_wait_for_the_sandbox() {
     ];
     for (name, plan, o, killed, now, want) in cases {
         assert_eq!(settle_until(&plan, &o.0, killed, now), want, "{name}");
+    }
+}
+
+/// KEP-5307 in the planner: a container's own policy and rules decide its restarts.
+#[test]
+fn container_restart_rule_cases() {
+    let none = ProbeResults::default();
+    let cases: Vec<(&str, PodB, ObsB, Want)> = vec![
+        (
+            "Never pod, Restart In [42], exit 42: restarted in place",
+            pod().app("a").policy("Never").own("a", "Never", &[42]),
+            observed().ready().exited("a", 42),
+            Want { app: vec!["a"], ..Default::default() },
+        ),
+        (
+            "Never pod, Restart In [42], exit 1: not restarted, the pod completes",
+            pod().app("a").policy("Never").own("a", "Never", &[42]),
+            observed().ready().exited("a", 1),
+            Want { kill_pod: Some(PodKillReason::PodCompleted), ..Default::default() },
+        ),
+        (
+            "Always pod, container Never, exit 1: not restarted while its sibling runs",
+            pod().app("a").app("b").own("a", "Never", &[]),
+            observed().ready().exited("a", 1).running("b"),
+            Want::default(),
+        ),
+        (
+            "Never pod, container Always, exit 0: restarted",
+            pod().app("a").policy("Never").own("a", "Always", &[]),
+            observed().ready().exited("a", 0),
+            Want { app: vec!["a"], ..Default::default() },
+        ),
+        (
+            "Never pod, init OnFailure, exit 7: the init container is retried",
+            pod().init("i").app("a").policy("Never").own("i", "OnFailure", &[]),
+            observed().ready().exited("i", 7),
+            Want { init: vec!["i"], ..Default::default() },
+        ),
+        (
+            "Always pod, init Never, exit 9: the pod fails",
+            pod().init("i").app("a").own("i", "Never", &[]),
+            observed().ready().exited("i", 9),
+            Want { kill_pod: Some(PodKillReason::InitContainerFailed), ..Default::default() },
+        ),
+        (
+            "Never pod, init Never + Restart In [3], exit 3: retried",
+            pod().init("i").app("a").policy("Never").own("i", "Never", &[3]),
+            observed().ready().exited("i", 3),
+            Want { init: vec!["i"], ..Default::default() },
+        ),
+        (
+            "Always pod, init Never failed, sandbox gone: not started over",
+            pod().init("i").app("a").own("i", "Never", &[]),
+            observed().sandbox(SandboxState::NotReady, "10.0.0.2", 0).exited("i", 9),
+            Want { kill_pod: Some(PodKillReason::InitContainerFailed), ..Default::default() },
+        ),
+        (
+            "Always pod, every app Never and ended, sandbox gone: not started over",
+            pod().app("a").app("b").own("a", "Never", &[]).own("b", "OnFailure", &[]),
+            observed().sandbox(SandboxState::NotReady, "10.0.0.2", 0).exited("a", 1).exited("b", 0),
+            Want { kill_pod: Some(PodKillReason::PodCompleted), ..Default::default() },
+        ),
+        (
+            "Always pod, one app Never ended, the other restarts: a new sandbox for it",
+            pod().app("a").app("b").own("a", "Never", &[]),
+            observed().sandbox(SandboxState::NotReady, "10.0.0.2", 0).exited("a", 1).exited("b", 1),
+            Want {
+                kill_pod: Some(PodKillReason::SandboxChanged),
+                sandbox: Some(1),
+                app: vec!["a", "b"],
+                ..Default::default()
+            },
+        ),
+        (
+            "new sandbox: a succeeded container OnFailure of its own is not run again",
+            pod().app("a").app("b").own("a", "OnFailure", &[]),
+            observed().sandbox(SandboxState::NotReady, "10.0.0.2", 0).exited("a", 0).exited("b", 0),
+            Want {
+                kill_pod: Some(PodKillReason::SandboxChanged),
+                sandbox: Some(1),
+                app: vec!["b"],
+                ..Default::default()
+            },
+        ),
+    ];
+    for (name, p, o, want) in cases {
+        check(name, &p, &o, &none, want);
+    }
+
+    // Probe failures: no exit code, so no rules; the container's own policy alone.
+    let o = observed().ready().running("a");
+    let mut probes = ProbeResults::default();
+    probes.liveness.insert("a-0".into(), ProbeResult::Failure);
+    check(
+        "liveness failure, Never pod, container OnFailure: kill and restart",
+        &pod().app("a").policy("Never").own("a", "OnFailure", &[]),
+        &o,
+        &probes,
+        Want { kills: vec![("a-0", KillReason::LivenessProbe)], app: vec!["a"], ..Default::default() },
+    );
+    check(
+        "liveness failure, Always pod, container Never + Restart In [137]: kill only",
+        &pod().app("a").own("a", "Never", &[137]),
+        &o,
+        &probes,
+        Want {
+            kill_pod: Some(PodKillReason::PodCompleted),
+            kills: vec![("a-0", KillReason::LivenessProbe)],
+            ..Default::default()
+        },
+    );
+}
+
+/// KEP-5532 in the planner: an exit whose first matching rule is RestartAllContainers resets
+/// every instance (running ones stopped first), the triggering ones last, and nothing else.
+#[test]
+fn restart_all_containers_cases() {
+    let none = ProbeResults::default();
+    let p = || {
+        pod().init("i").sidecar("s").app("a").app("b").own_rule("a", "Never", "RestartAllContainers", &[42])
+    };
+    let cases: Vec<(&str, PodB, ObsB, Want)> = vec![
+        (
+            "exit 42: everything reset, app targets, init targets, then the source",
+            p(),
+            observed().ready().exited("i", 0).running("s").running("b").exited("a", 42),
+            Want {
+                reset: vec![("b-0", true), ("i-0", false), ("s-0", true), ("a-0", false)],
+                ..Default::default()
+            },
+        ),
+        (
+            "older instances go too",
+            p(),
+            observed().ready().exited("i", 0).running("s").running("b").exited("a", 1).exited("a", 42),
+            Want {
+                reset: vec![("a-0", false), ("b-0", true), ("i-0", false), ("s-0", true), ("a-1", false)],
+                ..Default::default()
+            },
+        ),
+        (
+            "another exit code: the container's own policy (Never), the pod runs on",
+            p(),
+            observed().ready().exited("i", 0).running("s").running("b").exited("a", 1),
+            Want::default(),
+        ),
+        (
+            "a sidecar's rule triggers it too",
+            pod().sidecar("s").app("a").own_rule("s", "Always", "RestartAllContainers", &[3]),
+            observed().ready().running("a").exited("s", 3),
+            Want { reset: vec![("a-0", true), ("s-0", false)], ..Default::default() },
+        ),
+        (
+            "after the reset nothing is left: the first init container starts in the same sandbox",
+            p(),
+            observed().ready(),
+            Want { init: vec!["i"], ..Default::default() },
+        ),
+    ];
+    for (name, p, o, want) in cases {
+        check(name, &p, &o, &none, want);
     }
 }

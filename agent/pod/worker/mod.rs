@@ -6,6 +6,7 @@ mod cleanup;
 mod inplace;
 mod persist;
 mod publish;
+mod reset;
 mod starts;
 
 use self::persist::{backoff_path, conditions_path, status_path, update_state_path};
@@ -275,6 +276,10 @@ impl Worker {
             the_plan.init_to_start.clear();
             the_plan.app_to_start.clear();
             update_requeue = Some(update_requeue.map_or(until, |r| r.min(until)));
+        }
+        if !the_plan.reset.is_empty() {
+            self.acted = true;
+            return self.reset_all(&observed, &the_plan.reset).await;
         }
         if the_plan.is_empty() {
             self.collect_garbage(&observed).await;

@@ -138,18 +138,6 @@ fn pod_cases() {
             "not supported by crilet",
         ),
         (
-            "container restartPolicyRules",
-            |v| {
-                set(
-                    v,
-                    "/spec/containers/0/restartPolicyRules",
-                    json!([{"action": "Restart", "exitCodes": {"operator": "In", "values": [42]}}]),
-                )
-            },
-            "spec.containers[0].restartPolicyRules",
-            "not supported by crilet",
-        ),
-        (
             "env fileKeyRef",
             |v| {
                 set(

@@ -41,22 +41,85 @@ fn container_cases() {
             "whitespace",
         ),
         (
-            "restartPolicy on an app container",
-            |v| set(v, "/spec/containers/0/restartPolicy", json!("Always")),
+            "restartPolicy value on an app container",
+            |v| set(v, "/spec/containers/0/restartPolicy", json!("Sometimes")),
             "spec.containers[0].restartPolicy",
-            "only be set on init containers",
+            "unsupported value \"Sometimes\": supported values are \"Always\", \"Never\", \"OnFailure\"",
         ),
         (
-            "init restartPolicy other than Always",
+            "restart rules need a container restartPolicy",
+            |v| {
+                set(
+                    v,
+                    "/spec/containers/0/restartPolicyRules",
+                    json!([{"action": "Restart", "exitCodes": {"operator": "In", "values": [42]}}]),
+                )
+            },
+            "spec.containers[0].restartPolicy",
+            "must specify restartPolicy when restart rules are used",
+        ),
+        (
+            "restart rule without exitCodes",
             |v| {
                 set(
                     v,
                     "/spec/initContainers",
-                    json!([{"name": "i", "image": "b:1", "restartPolicy": "Never"}]),
+                    json!([{"name": "i", "image": "b:1", "restartPolicy": "Never",
+                    "restartPolicyRules": [{"action": "Restart"}]}]),
                 )
             },
-            "spec.initContainers[0].restartPolicy",
-            "unsupported value \"Never\": supported values are \"Always\"",
+            "spec.initContainers[0].restartPolicyRules[0].exitCodes",
+            "required",
+        ),
+        (
+            "restart rule operator",
+            |v| {
+                set(v, "/spec/containers/0/restartPolicy", json!("Never"));
+                set(
+                    v,
+                    "/spec/containers/0/restartPolicyRules",
+                    json!([{"action": "Restart", "exitCodes": {"operator": "Is", "values": [1]}}]),
+                )
+            },
+            "spec.containers[0].restartPolicyRules[0].exitCodes.operator",
+            "unsupported value \"Is\"",
+        ),
+        (
+            "restart rule action",
+            |v| {
+                set(v, "/spec/containers/0/restartPolicy", json!("Never"));
+                set(
+                    v,
+                    "/spec/containers/0/restartPolicyRules",
+                    json!([{"action": "Reboot", "exitCodes": {"operator": "In", "values": [1]}}]),
+                )
+            },
+            "spec.containers[0].restartPolicyRules[0].action",
+            "unsupported value \"Reboot\"",
+        ),
+        (
+            "more than 20 restart rules",
+            |v| {
+                set(v, "/spec/containers/0/restartPolicy", json!("Never"));
+                let rule = json!({"action": "Restart", "exitCodes": {"operator": "In", "values": [1]}});
+                set(v, "/spec/containers/0/restartPolicyRules", json!(vec![rule; 21]))
+            },
+            "spec.containers[0].restartPolicyRules",
+            "too many: 21 rules, at most 20",
+        ),
+        (
+            "more than 255 exit codes",
+            |v| {
+                set(v, "/spec/containers/0/restartPolicy", json!("Never"));
+                let values: Vec<i32> = (0..256).collect();
+                set(
+                    v,
+                    "/spec/containers/0/restartPolicyRules",
+                    json!([{"action": "Restart", "exitCodes": {"operator": "NotIn", "values": values}}]),
+                )
+            },
+            "spec.containers[0].restartPolicyRules[0].exitCodes.values",
+            "too many: 256 values, at most 255",
         ),
         (
             "imagePullPolicy",
@@ -286,4 +349,31 @@ fn env_and_mount_cases() {
             "static pods cannot reference API objects",
         ),
     ]);
+}
+
+/// KEP-5307/5532 fields the API server accepts are accepted without a word, on app containers,
+/// regular init containers and sidecars (a RestartAllContainers rule).
+#[test]
+fn container_restart_rules_are_accepted() {
+    let mut v = super::base();
+    set(&mut v, "/spec/restartPolicy", json!("Never"));
+    set(&mut v, "/spec/containers/0/restartPolicy", json!("Never"));
+    set(
+        &mut v,
+        "/spec/containers/0/restartPolicyRules",
+        json!([{"action": "Restart", "exitCodes": {"operator": "In", "values": [42]}},
+               {"action": "Restart", "exitCodes": {"operator": "NotIn", "values": [0, 1]}}]),
+    );
+    set(
+        &mut v,
+        "/spec/initContainers",
+        json!([{"name": "i", "image": "b:1", "restartPolicy": "OnFailure"},
+               {"name": "s", "image": "b:1", "restartPolicy": "Always",
+                "restartPolicyRules": [{"action": "RestartAllContainers", "exitCodes": {"operator": "In", "values": [3]}}]}]),
+    );
+    let (pods, problems) = super::parse_value(&v);
+    assert_eq!(pods.len(), 1, "{:#?}", super::lines(&problems, crate::source::ProblemKind::Error));
+    assert!(problems.is_empty(), "no warning either: {problems:#?}");
+    let rules = pods[0].pod.spec.as_ref().and_then(|s| s.containers[0].restart_policy_rules.clone());
+    assert_eq!(rules.map(|r| r.len()), Some(2));
 }

@@ -1,9 +1,14 @@
 //! should_restart (R7.1/R7.2), container kinds, R4.1, QoS, IPs and start time.
 
-use k8s_openapi::api::core::v1::{HostIP, PodIP, PodStatus};
+use k8s_openapi::api::core::v1::{
+    Container, ContainerRestartRule, ContainerRestartRuleOnExitCodes, HostIP, PodIP, PodStatus,
+};
 
 use super::{Extra, ObservedBuilder, at, none, observed, pod, run};
-use crate::status::{ContainerKind, container_kinds, pod_initialized, should_restart};
+use crate::status::{
+    ContainerKind, container_kinds, container_restartable, container_should_restart, pod_initialized,
+    restart_all_rule_matches, restart_without_exit_code, should_restart,
+};
 
 #[test]
 fn should_restart_cases() {
@@ -41,9 +46,81 @@ fn should_restart_cases() {
         ("init no instance: start", Init, "Never", &None, false, true),
         ("init created: yes", Init, "Never", &created, false, true),
     ];
+    let plain = Container { name: "c".into(), ..Default::default() };
     for (name, kind, policy, newest, terminating, want) in cases {
-        assert_eq!(should_restart(kind, policy, newest.as_ref(), terminating), want, "{name}");
+        assert_eq!(should_restart(&plain, kind, policy, newest.as_ref(), terminating), want, "{name}");
     }
+}
+
+/// KEP-5307: a container `restartPolicy` overrides the pod's, and its first matching rule with
+/// action Restart restarts it (upstream `ContainerShouldRestart`, `IsContainerRestartable`).
+#[test]
+fn container_restart_rules_cases() {
+    let c = |policy: Option<&str>, rules: &[(&str, &str, &[i32])]| Container {
+        name: "c".into(),
+        restart_policy: policy.map(str::to_string),
+        restart_policy_rules: (!rules.is_empty()).then(|| {
+            rules
+                .iter()
+                .map(|(action, op, values)| ContainerRestartRule {
+                    action: action.to_string(),
+                    exit_codes: Some(ContainerRestartRuleOnExitCodes {
+                        operator: op.to_string(),
+                        values: Some(values.to_vec()),
+                    }),
+                })
+                .collect()
+        }),
+        ..Default::default()
+    };
+    let never_42 = c(Some("Never"), &[("Restart", "In", &[42])]);
+    let never_not_0 = c(Some("Never"), &[("Restart", "NotIn", &[0])]);
+    let first_wins = c(Some("Never"), &[("RestartAllContainers", "In", &[3]), ("Restart", "In", &[3, 4])]);
+    let bad_operator = c(Some("Never"), &[("Restart", "Maybe", &[5])]);
+    let on_failure_0 = c(Some("OnFailure"), &[("Restart", "In", &[0])]);
+    let rules_without_policy = Container { restart_policy: None, ..never_42.clone() };
+    let cases: [(&str, &Container, &str, i32, bool); 16] = [
+        ("no own policy: pod Always", &c(None, &[]), "Always", 0, true),
+        ("no own policy: pod OnFailure, exit 0", &c(None, &[]), "OnFailure", 0, false),
+        ("no own policy: pod Never", &c(None, &[]), "Never", 1, false),
+        ("own Never overrides pod Always", &c(Some("Never"), &[]), "Always", 1, false),
+        ("own Always overrides pod Never", &c(Some("Always"), &[]), "Never", 0, true),
+        ("own OnFailure in a Never pod, exit 2", &c(Some("OnFailure"), &[]), "Never", 2, true),
+        ("own OnFailure in an Always pod, exit 0", &c(Some("OnFailure"), &[]), "Always", 0, false),
+        ("Never + In [42], exit 42", &never_42, "Never", 42, true),
+        ("Never + In [42], exit 1", &never_42, "Never", 1, false),
+        ("Never + NotIn [0], exit 7", &never_not_0, "Never", 7, true),
+        ("Never + NotIn [0], exit 0", &never_not_0, "Never", 0, false),
+        ("the first matching rule decides (not Restart)", &first_wins, "Always", 3, false),
+        ("a later rule matches when the first does not", &first_wins, "Never", 4, true),
+        ("an unknown operator never matches", &bad_operator, "Always", 5, false),
+        ("OnFailure + In [0] acts like Always", &on_failure_0, "Never", 0, true),
+        ("rules without an own policy are not read", &rules_without_policy, "Never", 42, false),
+    ];
+    for (name, spec, pod_policy, code, want) in cases {
+        assert_eq!(container_should_restart(spec, pod_policy, code), want, "{name}");
+    }
+    // Restartable at all (probe keeps going, the pod is not run-once).
+    assert!(container_restartable(&never_42, "Never"));
+    assert!(!container_restartable(&c(Some("Never"), &[]), "Always"));
+    assert!(container_restartable(&c(None, &[]), "OnFailure"));
+    assert!(!container_restartable(&rules_without_policy, "Never"));
+    // No exit code (probe failure, unknown state): the container's own policy alone.
+    assert!(!restart_without_exit_code(&never_42, "Always"));
+    assert!(restart_without_exit_code(&c(Some("OnFailure"), &[]), "Never"));
+    assert!(restart_without_exit_code(&c(None, &[]), "OnFailure"));
+    // RestartAllContainers: only as the first matching rule.
+    assert!(restart_all_rule_matches(&first_wins, 3));
+    assert!(!restart_all_rule_matches(&first_wins, 4));
+
+    // Through should_restart: an exited regular init container restarts on a Restart rule
+    // even in a Never pod, but not when it succeeded.
+    let exited =
+        |code| observed().sandbox_ready("10.0.0.2").exited("c", code).build().containers.into_iter().next();
+    assert!(should_restart(&never_42, ContainerKind::Init, "Never", exited(42).as_ref(), false));
+    assert!(!should_restart(&on_failure_0, ContainerKind::Init, "Never", exited(0).as_ref(), false));
+    assert!(should_restart(&never_42, ContainerKind::App, "Never", exited(42).as_ref(), false));
+    assert!(!should_restart(&never_42, ContainerKind::App, "Always", exited(0).as_ref(), false));
 }
 
 #[test]
