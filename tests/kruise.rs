@@ -10,18 +10,16 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::cluster::{Node, api_condition};
+use common::traffic::{http_get, start_client};
 use common::wait_for;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::Api;
 use kube::runtime::watcher;
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const STATE: &str = "apps.kruise.io/inplace-update-state";
 const GRACE: &str = "apps.kruise.io/inplace-update-grace";
@@ -163,99 +161,6 @@ fn spec_image(p: &Value, name: &str) -> String {
         .and_then(|c| c["image"].as_str())
         .unwrap_or("")
         .to_string()
-}
-
-/// One HTTP/1.0 GET to a pod IP: the body, or why it failed.
-async fn http_get(addr: &str, path: &str) -> Result<String, String> {
-    let fut = async {
-        let mut s = tokio::net::TcpStream::connect(addr).await.map_err(|e| format!("connect: {e}"))?;
-        s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
-            .await
-            .map_err(|e| format!("write: {e}"))?;
-        let mut buf = Vec::new();
-        s.read_to_end(&mut buf).await.map_err(|e| format!("read: {e}"))?;
-        let text = String::from_utf8_lossy(&buf).to_string();
-        let (head, body) = text.split_once("\r\n\r\n").ok_or_else(|| format!("no header end: {text:?}"))?;
-        if !head.starts_with("HTTP/1.0 200") && !head.starts_with("HTTP/1.1 200") {
-            return Err(format!("status: {}", head.lines().next().unwrap_or("")));
-        }
-        Ok(body.trim().to_string())
-    };
-    tokio::time::timeout(Duration::from_secs(2), fut).await.unwrap_or_else(|_| Err("timeout".into()))
-}
-
-/// A client that routes as kube-proxy would: the Service's EndpointSlices, ready endpoints
-/// only, round-robin, one request at a time, for as long as it runs.
-#[derive(Default)]
-struct Traffic {
-    ok: u64,
-    failed: Vec<String>,
-    bodies: BTreeMap<String, u64>,
-}
-
-fn start_client(
-    client: kube::Client,
-    namespace: &str,
-    service: &str,
-    port: u16,
-    stop: tokio_util::sync::CancellationToken,
-) -> tokio::task::JoinHandle<Traffic> {
-    let slices: Api<EndpointSlice> = Api::namespaced(client, namespace);
-    let ready: Arc<Mutex<BTreeMap<String, Vec<String>>>> = Arc::default();
-    let cfg = watcher::Config::default().labels(&format!("kubernetes.io/service-name={service}"));
-    let watch_ready = ready.clone();
-    let watch_stop = stop.clone();
-    tokio::spawn(async move {
-        let mut stream = watcher::watcher(slices, cfg).boxed();
-        loop {
-            let ev = tokio::select! {
-                _ = watch_stop.cancelled() => return,
-                ev = stream.next() => ev,
-            };
-            let Some(Ok(ev)) = ev else { continue };
-            let set = |s: &EndpointSlice| {
-                let name = s.metadata.name.clone().unwrap_or_default();
-                let addrs = s
-                    .endpoints
-                    .iter()
-                    .flatten()
-                    .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) == Some(true))
-                    .flat_map(|e| e.addresses.clone())
-                    .collect();
-                watch_ready.lock().unwrap().insert(name, addrs);
-            };
-            match ev {
-                watcher::Event::Apply(s) | watcher::Event::InitApply(s) => set(&s),
-                watcher::Event::Delete(s) => {
-                    watch_ready.lock().unwrap().remove(&s.metadata.name.unwrap_or_default());
-                }
-                watcher::Event::Init | watcher::Event::InitDone => {}
-            }
-        }
-    });
-    tokio::spawn(async move {
-        let mut t = Traffic::default();
-        let mut i = 0usize;
-        while !stop.is_cancelled() {
-            let addrs: Vec<String> = ready.lock().unwrap().values().flatten().cloned().collect();
-            if addrs.is_empty() {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                continue;
-            }
-            let addr = &addrs[i % addrs.len()];
-            i += 1;
-            match http_get(&format!("{addr}:{port}"), "/").await {
-                Ok(body) => {
-                    t.ok += 1;
-                    *t.bodies.entry(body).or_default() += 1;
-                }
-                Err(e) => t.failed.push(format!("{addr}: {e}")),
-            }
-            // About 50 requests a second: a steady load, not a flood on 2 cores.
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        t
-    })
 }
 
 /// Every version of the pods with `selector` that the API showed, in order (a watch misses no
@@ -907,5 +812,115 @@ impl Drop for Guard {
                 "--wait=false",
             ])
             .output();
+    }
+}
+
+/// §2 env from metadata: a CloneSet whose container reads a label through `fieldRef` env gets
+/// that label changed. Kruise updates the pods in place (metadata only) and closes their
+/// InPlaceUpdateReady gate; kruise-daemon reads the container's env over CRI ExecSync, finds it
+/// stale and stops the container; crilet restarts it as a normal exit with the env resolved from
+/// the pod's new labels. Same UID, sandbox and keeper container; web's restartCount + 1; the
+/// new value is in the running container; kruise-daemon's `runtime-containers-meta` report and
+/// Kruise's completion check agree, and `updatedReadyReplicas` reaches the replicas.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn env_from_metadata_is_updated_in_place() {
+    let k = KruiseNode::start("kruise_envmeta", 10286).await;
+    let env = &k.node.agent.env;
+    k.apply(
+        r#"
+apiVersion: apps.kruise.io/v1alpha1
+kind: CloneSet
+metadata:
+  name: meta
+spec:
+  replicas: 2
+  selector:
+    matchLabels: {app: meta}
+  template:
+    metadata:
+      labels: {app: meta, flavour: plain}
+    spec:
+      nodeSelector: {crilet.io/test: ${NODE}}
+      terminationGracePeriodSeconds: 5
+      containers:
+      - name: web
+        image: ${CRILET_IMAGE_BUSYBOX}
+        env:
+        - name: FLAVOUR
+          valueFrom: {fieldRef: {fieldPath: "metadata.labels['flavour']"}}
+        command: [sh, -c, "trap 'exit 0' TERM; sleep 100000 & wait"]
+      - name: keeper
+        image: ${CRILET_IMAGE_BUSYBOX}
+        command: [sh, -c, "trap 'exit 0' TERM; sleep 100000 & wait"]
+  updateStrategy:
+    type: InPlaceIfPossible
+    maxUnavailable: 1
+"#,
+    );
+    let before = k.ready_pods("app=meta", 2, Duration::from_secs(120)).await;
+    let cri = env.cri();
+    let flavour_in = |id: String| {
+        let cri = cri.clone();
+        async move {
+            let id = id.trim_start_matches("containerd://").to_string();
+            let (code, out) = cri.exec_sync(&id, vec!["env".into()], Duration::from_secs(5)).await.ok()?;
+            let text = String::from_utf8_lossy(&out).to_string();
+            (code == 0).then(|| text.lines().find_map(|l| l.strip_prefix("FLAVOUR=")).map(str::to_string))?
+        }
+    };
+    for p in before.values() {
+        assert_eq!(flavour_in(cid(p, "web")).await.as_deref(), Some("plain"), "{}", cstatus(p, "web"));
+    }
+    let t0 = Instant::now();
+    let patch =
+        json!([{"op": "replace", "path": "/spec/template/metadata/labels/flavour", "value": "spicy"}]);
+    k.kubectl_ok(&["patch", "cloneset", "meta", "--type", "json", "-p", &patch.to_string()]);
+    let cs =
+        wait_for("updatedReadyReplicas = 2 after the label change", Duration::from_secs(180), || async {
+            let cs = k.get(&["cloneset", "meta"])?;
+            let s = &cs["status"];
+            (s["observedGeneration"] == cs["metadata"]["generation"]
+                && s["updatedReplicas"] == 2
+                && s["updatedReadyReplicas"] == 2
+                && s["readyReplicas"] == 2)
+                .then_some(cs)
+        })
+        .await;
+    println!("env from metadata in place: {:.1} s to updatedReadyReplicas", t0.elapsed().as_secs_f64());
+    let revision = cs["status"]["updateRevision"].as_str().unwrap_or("").to_string();
+    let after = wait_for("both pods Ready with web restarted", Duration::from_secs(60), || async {
+        let pods = k.pods("app=meta");
+        let ok = pods.len() == 2
+            && pods.values().all(|p| restarts(p, "web") == 1 && api_condition(p, "Ready") == Some("True"));
+        ok.then_some(pods)
+    })
+    .await;
+    assert_eq!(after.keys().collect::<Vec<_>>(), before.keys().collect::<Vec<_>>(), "the same pods");
+    for (name, p) in &after {
+        let old = &before[name];
+        assert_eq!(uid(p), uid(old), "{name}: UID kept");
+        assert_eq!(k.sandbox_of(&uid(p)).await, k.sandbox_of(&uid(old)).await, "{name}: sandbox kept");
+        assert_eq!(p["metadata"]["labels"]["flavour"], "spicy", "{name}");
+        assert_ne!(cid(p, "web"), cid(old, "web"), "{name}: web recreated");
+        assert_eq!(flavour_in(cid(p, "web")).await.as_deref(), Some("spicy"), "{name}: the new label in env");
+        assert_eq!(cid(p, "keeper"), cid(old, "keeper"), "{name}: keeper untouched");
+        assert_eq!(restarts(p, "keeper"), 0, "{name}");
+        // Kruise's record: finished, for this revision, with env from metadata.
+        let state: Value = serde_json::from_str(p["metadata"]["annotations"][STATE].as_str().unwrap_or("{}"))
+            .unwrap_or_default();
+        assert_eq!(state["updateEnvFromMetadata"], true, "{name}: {state}");
+        assert!(
+            revision.ends_with(state["revision"].as_str().unwrap_or("?")),
+            "{name}: {state} vs {revision}"
+        );
+        assert_eq!(api_condition(p, "InPlaceUpdateReady"), Some("True"), "{name}");
+        // kruise-daemon's report of what runs agrees with the spec.
+        let meta: Value = serde_json::from_str(
+            p["metadata"]["annotations"]["apps.kruise.io/runtime-containers-meta"].as_str().unwrap_or("{}"),
+        )
+        .unwrap_or_default();
+        let web = meta["containers"].as_array().and_then(|c| c.iter().find(|c| c["name"] == "web")).cloned();
+        let web = web.unwrap_or_else(|| panic!("{name}: no web in runtime-containers-meta {meta}"));
+        assert_eq!(web["containerID"].as_str(), Some(cid(p, "web").as_str()), "{name}: {meta}");
     }
 }
