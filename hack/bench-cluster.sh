@@ -81,5 +81,9 @@ else
     : >"$REPORT.tmp"
 fi
 cat "$section" >>"$REPORT.tmp"
+# hack/bench-kruise.sh's section comes after this one: keep it.
+if [ -f "$REPORT" ] && grep -qxF "<!-- hack/bench-kruise.sh -->" "$REPORT"; then
+    { echo; sed -n '/^<!-- hack\/bench-kruise\.sh -->$/,$p' "$REPORT"; } >>"$REPORT.tmp"
+fi
 mv "$REPORT.tmp" "$REPORT"
 log "report written to $REPORT"

@@ -111,6 +111,9 @@ REGISTRY=localhost:5099
 # A registry with basic auth, started by tests/cluster.rs for imagePullSecrets (setup only
 # writes its hosts.toml: plain http on loopback).
 AUTH_REGISTRY=localhost:5098
+# A registry that answers every request after a delay, a proxy in front of REGISTRY that the
+# Kruise benchmark starts (benches/kruise/slow_registry.rs; setup only writes its hosts.toml).
+SLOW_REGISTRY=localhost:5097
 REGISTRY_DIR="$CRILET_DEV/registry"
 REGISTRY_CONFIG="$REGISTRY_DIR/config.yml"
 REGISTRY_STORAGE="$REGISTRY_DIR/storage"

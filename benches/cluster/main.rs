@@ -30,6 +30,7 @@ mod node_agent;
 #[allow(dead_code)]
 mod report;
 mod scenarios;
+mod shared;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -38,13 +39,20 @@ use std::time::Instant;
 
 use crilet::cri::CriClient;
 use crilet::model::keys;
-use k8s_openapi::api::core::v1::{Namespace, Node};
-use kube::api::{DeleteParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
+use k8s_openapi::api::core::v1::Node;
+use kube::api::DeleteParams;
 use kube::{Api, Client};
 
 use agents::{Agent, Kind};
 use report::{Row, Scenario, median, ratio_row};
+pub use shared::env_num;
+use shared::{admin_client, ensure_namespace, foreign_pods, remove_runtime_leftovers};
+
+const SCRIPT: &str = "hack/bench-cluster.sh";
+
+fn need(vars: &HashMap<String, String>, k: &str) -> String {
+    shared::need(vars, k, SCRIPT)
+}
 
 /// The benchmark's namespace (pods of both agents, one phase at a time).
 pub const NS: &str = "bench-cluster";
@@ -63,56 +71,6 @@ static IMAGE: OnceLock<String> = OnceLock::new();
 
 pub fn image() -> &'static str {
     IMAGE.get().map(String::as_str).unwrap_or("busybox")
-}
-
-pub fn env_num<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
-fn need(vars: &HashMap<String, String>, k: &str) -> String {
-    std::env::var(k).ok().or_else(|| vars.get(k).cloned()).unwrap_or_else(|| {
-        panic!("{k} is not set: run this benchmark through hack/bench-cluster.sh");
-    })
-}
-
-fn env_files() -> HashMap<String, String> {
-    let mut vars = HashMap::new();
-    for f in ["/run/crilet-dev/env", "/run/crilet-dev/cluster/env"] {
-        let text =
-            std::fs::read_to_string(f).unwrap_or_else(|e| panic!("{f}: {e} (run hack/bench-cluster.sh)"));
-        vars.extend(
-            text.lines().filter_map(|l| l.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())),
-        );
-    }
-    vars
-}
-
-/// Everything of the runtime that is not the benchmark's own and runs: the kubelet would kill it.
-async fn foreign_pods(cri: &CriClient) -> Vec<String> {
-    let Ok((sandboxes, _)) = cri.list_all(None).await else { return vec![] };
-    sandboxes
-        .iter()
-        .filter(|s| s.state == crilet::cri::api::PodSandboxState::SandboxReady as i32)
-        .filter_map(|s| {
-            let ns = s.labels.get(keys::POD_NAMESPACE).map(String::as_str).unwrap_or("");
-            (ns != NS)
-                .then(|| format!("{ns}/{}", s.labels.get(keys::POD_NAME).map(String::as_str).unwrap_or("?")))
-        })
-        .collect()
-}
-
-/// Removes what the runtime still has of the benchmark's pods (the kubelet leaves stopped
-/// sandboxes and containers for its periodic garbage collection).
-async fn remove_runtime_leftovers(cri: &CriClient) {
-    let Ok((sandboxes, containers)) = cri.list_all(Some((keys::POD_NAMESPACE, NS))).await else { return };
-    for c in containers {
-        let _ = cri.stop_container(&c.id, std::time::Duration::ZERO).await;
-        let _ = cri.remove_container(&c.id).await;
-    }
-    for s in sandboxes {
-        let _ = cri.stop_sandbox(&s.id).await;
-        let _ = cri.remove_sandbox(&s.id).await;
-    }
 }
 
 #[derive(Default)]
@@ -177,7 +135,7 @@ async fn phase(
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
     agent.stop().await;
-    remove_runtime_leftovers(&env.cri).await;
+    remove_runtime_leftovers(&env.cri, NS).await;
 }
 
 fn report(k: &Side, c: &Side, rounds: usize, pods: usize, window: u64) -> Scenario {
@@ -261,7 +219,7 @@ fn report(k: &Side, c: &Side, rounds: usize, pods: usize, window: u64) -> Scenar
 
 #[tokio::main]
 async fn main() {
-    let vars = env_files();
+    let vars = shared::env_files(SCRIPT);
     let _ = IMAGE.set(need(&vars, "CRILET_IMAGE_BUSYBOX"));
     let endpoint = need(&vars, "CRILET_CONTAINERD_ENDPOINT");
     let cri = CriClient::new(&endpoint, &endpoint).expect("CRI client");
@@ -280,7 +238,7 @@ async fn main() {
     let only = std::env::var("CRILET_BENCH_CLUSTER_ONLY").unwrap_or_default();
     let kinds: Vec<Kind> =
         [Kind::Kubelet, Kind::Crilet].into_iter().filter(|k| only.is_empty() || only == k.label()).collect();
-    let foreign = foreign_pods(&env.cri).await;
+    let foreign = foreign_pods(&env.cri, NS).await;
     if kinds.contains(&Kind::Kubelet) && !foreign.is_empty() {
         eprintln!(
             "the runtime runs pods that are not the benchmark's ({}): the kubelet would kill them. Run this on a quiet machine.",
@@ -288,27 +246,8 @@ async fn main() {
         );
         std::process::exit(1);
     }
-    let kubeconfig = need(&vars, "CRILET_CLUSTER_KUBECONFIG");
-    let config = kube::Config::from_custom_kubeconfig(
-        Kubeconfig::read_from(&kubeconfig).expect("admin kubeconfig"),
-        &KubeConfigOptions::default(),
-    )
-    .await
-    .expect("admin kubeconfig");
-    let client = Client::try_from(config).expect("API client");
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    if namespaces.get_opt(NS).await.expect("get namespace").is_none() {
-        let ns: Namespace =
-            serde_json::from_value(serde_json::json!({"metadata": {"name": NS}})).expect("ns");
-        namespaces.create(&PostParams::default(), &ns).await.expect("create namespace");
-    }
-    // Pods need the namespace's default ServiceAccount (the controller-manager makes it).
-    let sa: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(client.clone(), NS);
-    let deadline = Instant::now() + std::time::Duration::from_secs(60);
-    while sa.get_opt("default").await.ok().flatten().is_none() {
-        assert!(Instant::now() < deadline, "no default ServiceAccount in {NS}");
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    }
+    let client = admin_client(&need(&vars, "CRILET_CLUSTER_KUBECONFIG")).await;
+    let namespaces = ensure_namespace(&client, NS).await;
     let watch = scenarios::PodWatch::start(client.clone());
 
     let rounds = env_num("CRILET_BENCH_CLUSTER_ROUNDS", 2);

@@ -1,0 +1,94 @@
+//! What the cluster benchmarks (benches/cluster, benches/kruise) share: their environment (the
+//! env files of hack/setup.sh and hack/cluster.sh), the admin client and the namespace, and the
+//! runtime checks around the upstream kubelet (it kills every running pod it does not know).
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use crilet::cri::CriClient;
+use crilet::model::keys;
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use kube::Client;
+use kube::api::{Api, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+pub fn env_num<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+/// `k` from the process environment, else from the env files; panics naming the script to use.
+pub fn need(vars: &HashMap<String, String>, k: &str, script: &str) -> String {
+    std::env::var(k).ok().or_else(|| vars.get(k).cloned()).unwrap_or_else(|| {
+        panic!("{k} is not set: run this benchmark through {script}");
+    })
+}
+
+/// The variables of hack/setup.sh's and hack/cluster.sh's env files.
+pub fn env_files(script: &str) -> HashMap<String, String> {
+    let mut vars = HashMap::new();
+    for f in ["/run/crilet-dev/env", "/run/crilet-dev/cluster/env"] {
+        let text = std::fs::read_to_string(f).unwrap_or_else(|e| panic!("{f}: {e} (run {script})"));
+        vars.extend(
+            text.lines().filter_map(|l| l.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())),
+        );
+    }
+    vars
+}
+
+/// Pods of the runtime outside namespace `ns` that run: the kubelet would kill them.
+pub async fn foreign_pods(cri: &CriClient, ns: &str) -> Vec<String> {
+    let Ok((sandboxes, _)) = cri.list_all(None).await else { return vec![] };
+    sandboxes
+        .iter()
+        .filter(|s| s.state == crilet::cri::api::PodSandboxState::SandboxReady as i32)
+        .filter_map(|s| {
+            let pod_ns = s.labels.get(keys::POD_NAMESPACE).map(String::as_str).unwrap_or("");
+            (pod_ns != ns).then(|| {
+                format!("{pod_ns}/{}", s.labels.get(keys::POD_NAME).map(String::as_str).unwrap_or("?"))
+            })
+        })
+        .collect()
+}
+
+/// Removes what the runtime still has of namespace `ns`'s pods (the kubelet leaves stopped
+/// sandboxes and containers for its periodic garbage collection).
+pub async fn remove_runtime_leftovers(cri: &CriClient, ns: &str) {
+    let Ok((sandboxes, containers)) = cri.list_all(Some((keys::POD_NAMESPACE, ns))).await else { return };
+    for c in containers {
+        let _ = cri.stop_container(&c.id, Duration::ZERO).await;
+        let _ = cri.remove_container(&c.id).await;
+    }
+    for s in sandboxes {
+        let _ = cri.stop_sandbox(&s.id).await;
+        let _ = cri.remove_sandbox(&s.id).await;
+    }
+}
+
+/// The admin client of hack/cluster.sh's kubeconfig.
+pub async fn admin_client(kubeconfig: &str) -> Client {
+    let config = kube::Config::from_custom_kubeconfig(
+        Kubeconfig::read_from(kubeconfig).expect("admin kubeconfig"),
+        &KubeConfigOptions::default(),
+    )
+    .await
+    .expect("admin kubeconfig");
+    Client::try_from(config).expect("API client")
+}
+
+/// Makes namespace `ns` if needed and waits for its default ServiceAccount (pods need it; the
+/// controller-manager makes it).
+pub async fn ensure_namespace(client: &Client, ns: &str) -> Api<Namespace> {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    if namespaces.get_opt(ns).await.expect("get namespace").is_none() {
+        let obj: Namespace =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": ns}})).expect("ns");
+        namespaces.create(&PostParams::default(), &obj).await.expect("create namespace");
+    }
+    let sa: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while sa.get_opt("default").await.ok().flatten().is_none() {
+        assert!(Instant::now() < deadline, "no default ServiceAccount in {ns}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    namespaces
+}
