@@ -853,3 +853,103 @@ spec:
     let _ = pf.wait();
     assert_eq!(body.trim(), "v1");
 }
+
+/// Ephemeral containers (`kubectl debug`): added through the pod's `ephemeralcontainers`
+/// subresource, crilet starts each once in the running pod's sandbox (joining the target
+/// container's processes with `--target`), reports it in `ephemeralContainerStatuses`, serves
+/// exec and logs for it, and never restarts it; the pod's other containers are untouched.
+#[tokio::test]
+async fn ephemeral_containers_start_once_in_the_running_pod() {
+    let node = Node::start("ephemeral", 10275, &[]).await;
+    node.wait_ready().await;
+    node.apply(&render(
+        &node,
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: target}
+spec:
+  nodeName: ${NODE}
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: app
+    image: ${CRILET_IMAGE_BUSYBOX}
+    command: [sh, -c, 'trap "exit 0" TERM; sleep 100000 & wait']
+"#,
+    ));
+    let before = node
+        .wait_pod("target", "app running", Duration::from_secs(60), |p| {
+            api_cstatus(p, "app").is_some_and(|s| s["state"]["running"].is_object())
+        })
+        .await;
+    let image = node.agent.env.get("CRILET_IMAGE_BUSYBOX");
+    let (ok, out, err) = node.kubectl(&[
+        "debug",
+        "target",
+        "--image",
+        &image,
+        "--container",
+        "debugger",
+        "--target",
+        "app",
+        "--",
+        "sh",
+        "-c",
+        "while true; do echo polo; sleep 1; done",
+    ]);
+    assert!(ok, "kubectl debug: {err}{out}");
+    let ephemeral = |p: &Value, name: &str| {
+        p["status"]["ephemeralContainerStatuses"]
+            .as_array()
+            .and_then(|a| a.iter().find(|c| c["name"] == name))
+            .cloned()
+    };
+    let p = node
+        .wait_pod("target", "the ephemeral container running", Duration::from_secs(60), |p| {
+            ephemeral(p, "debugger").is_some_and(|s| s["state"]["running"].is_object())
+        })
+        .await;
+    let st = ephemeral(&p, "debugger").expect("status");
+    assert_eq!(st["ready"], false, "{st}");
+    assert_eq!(st["restartCount"], 0, "{st}");
+    assert_eq!(p["metadata"]["generation"], 2, "the subresource update bumps the generation");
+    assert_eq!(
+        api_cstatus(&p, "app").map(|s| s["containerID"].clone()),
+        api_cstatus(&before, "app").map(|s| s["containerID"].clone())
+    );
+    // exec and logs reach it; with --target it sees the app's processes.
+    let (ok, out, err) = node.kubectl(&["exec", "target", "-c", "debugger", "--", "echo", "marco"]);
+    assert!(ok && out.contains("marco"), "exec: {out}{err}");
+    let (ok, out, err) = node.kubectl(&["exec", "target", "-c", "debugger", "--", "ps"]);
+    assert!(ok && out.contains("sleep 100000"), "the target's processes: {out}{err}");
+    wait_for("the ephemeral container's log", Duration::from_secs(30), || async {
+        let (ok, out, _) = node.kubectl(&["logs", "target", "-c", "debugger"]);
+        (ok && out.contains("polo")).then_some(())
+    })
+    .await;
+    // One that exits is not restarted.
+    let (ok, out, err) = node.kubectl(&[
+        "debug",
+        "target",
+        "--image",
+        &image,
+        "--container",
+        "once",
+        "--",
+        "sh",
+        "-c",
+        "echo bye; exit 3",
+    ]);
+    assert!(ok, "kubectl debug: {err}{out}");
+    let p = node
+        .wait_pod("target", "the second one exited", Duration::from_secs(60), |p| {
+            ephemeral(p, "once").is_some_and(|s| s["state"]["terminated"]["exitCode"] == 3)
+        })
+        .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let q = node.api_pod("target").expect("pod");
+    let once = ephemeral(&q, "once").expect("status");
+    assert_eq!(once["restartCount"], 0, "never restarted: {once}");
+    assert_eq!(once["state"]["terminated"]["exitCode"], 3, "{once}");
+    assert_eq!(q["status"]["phase"], "Running", "{}", p["status"]);
+}

@@ -204,7 +204,13 @@ pub(crate) fn tail_offset<R: Read + Seek>(r: &mut R, n: usize) -> io::Result<u64
 /// The pod's status entry for a container (init or regular).
 pub(crate) fn container_status<'a>(pod: &'a Pod, name: &str) -> Option<&'a ContainerStatus> {
     let status = pod.status.as_ref()?;
-    status.init_container_statuses.iter().chain(&status.container_statuses).flatten().find(|c| c.name == name)
+    status
+        .init_container_statuses
+        .iter()
+        .chain(&status.container_statuses)
+        .chain(&status.ephemeral_container_statuses)
+        .flatten()
+        .find(|c| c.name == name)
 }
 
 /// The pod's log directory: its `crilet.io/log-directory` annotation, else the kubelet's layout.

@@ -73,6 +73,8 @@ pub struct Plan {
     pub kills: Vec<ContainerKill>,
     pub init_to_start: Vec<String>,
     pub app_to_start: Vec<String>,
+    /// Ephemeral containers never started yet (started first, never restarted).
+    pub ephemeral_to_start: Vec<String>,
 }
 
 impl Plan {
@@ -171,6 +173,26 @@ pub fn plan(pod: &Pod, observed: &ObservedPod, probes: &ProbeResults) -> Plan {
 /// changed: an in-place update holds them until their turn (wait period, image pulled, sidecars
 /// first).
 pub fn plan_held(pod: &Pod, observed: &ObservedPod, probes: &ProbeResults, held: &BTreeSet<String>) -> Plan {
+    let mut plan = plan_containers(pod, observed, probes, held);
+    // Upstream `computePodActions`: an ephemeral container without any instance is started, in
+    // the pod's current sandbox, before init containers (so it runs even while they fail); one
+    // that ran is never started again. Not while the pod is killed or gets a new sandbox.
+    if plan.kill_pod.is_none() && plan.create_sandbox.is_none() && plan.reset.is_empty() {
+        plan.ephemeral_to_start = crate::pod::spec::ephemeral_containers(pod)
+            .into_iter()
+            .filter(|(c, _)| observed.newest(&c.name).is_none())
+            .map(|(c, _)| c.name)
+            .collect();
+    }
+    plan
+}
+
+fn plan_containers(
+    pod: &Pod,
+    observed: &ObservedPod,
+    probes: &ProbeResults,
+    held: &BTreeSet<String>,
+) -> Plan {
     let policy = restart_policy(pod);
     let mut plan = Plan::default();
 

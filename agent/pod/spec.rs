@@ -22,6 +22,8 @@ pub enum Kind {
     Init,
     Sidecar,
     App,
+    /// `spec.ephemeralContainers[i]` (cluster pods): started once, never restarted.
+    Ephemeral,
 }
 
 impl Kind {
@@ -30,8 +32,25 @@ impl Kind {
             Kind::Init => "init",
             Kind::Sidecar => "sidecar",
             Kind::App => "app",
+            Kind::Ephemeral => "ephemeral",
         }
     }
+}
+
+/// The pod's ephemeral containers as containers (the fields they share; the API server allows
+/// no others), with the container each one targets (`targetContainerName`), if any.
+pub fn ephemeral_containers(pod: &Pod) -> Vec<(Container, Option<String>)> {
+    spec(pod)
+        .ephemeral_containers
+        .iter()
+        .flatten()
+        .filter_map(|ec| {
+            let mut v = serde_json::to_value(ec).ok()?;
+            let target = v.as_object_mut()?.remove("targetContainerName");
+            let c: Container = serde_json::from_value(v).ok()?;
+            Some((c, target.and_then(|t| t.as_str().map(str::to_owned))))
+        })
+        .collect()
 }
 
 fn spec(pod: &Pod) -> &PodSpec {
@@ -217,6 +236,8 @@ pub struct RuntimeValues {
     pub restart_count: u32,
     /// Host file bind-mounted at the termination-message path, if any (R1.12).
     pub termination_file: Option<PathBuf>,
+    /// An ephemeral container's target: the container whose PID namespace it joins.
+    pub pid_target: Option<String>,
 }
 
 /// An error in turning a container spec into a CRI config (shown as `CreateContainerConfigError`).
@@ -401,7 +422,15 @@ pub fn container_config_with_env(
             ..Default::default()
         }),
         privileged: csc.privileged == Some(true),
-        namespace_options: Some(namespace_options(pod)),
+        namespace_options: Some(match &rv.pid_target {
+            // `kubectl debug --target`: the target container's processes are visible.
+            Some(id) => api::NamespaceOption {
+                pid: api::NamespaceMode::Target as i32,
+                target_id: id.clone(),
+                ..namespace_options(pod)
+            },
+            None => namespace_options(pod),
+        }),
         run_as_user: csc.run_as_user.or(psc.run_as_user).map(|value| api::Int64Value { value }),
         run_as_group: csc.run_as_group.or(psc.run_as_group).map(|value| api::Int64Value { value }),
         readonly_rootfs: csc.read_only_root_filesystem == Some(true),

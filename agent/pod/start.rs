@@ -447,6 +447,19 @@ async fn pulled_image_present(ctx: &Shared, id: Option<&str>) -> Option<String> 
     ctx.cri.image_id(id).await.ok().flatten().map(|img| img.id)
 }
 
+/// An ephemeral container's `targetContainerName`: the running instance whose PID namespace it
+/// joins (none running: its own, as upstream when the target is gone).
+fn pid_target(req: &StartRequest<'_>) -> Option<String> {
+    if req.kind != Kind::Ephemeral {
+        return None;
+    }
+    let (_, target) = crate::pod::spec::ephemeral_containers(&req.desired.pod)
+        .into_iter()
+        .find(|(c, _)| c.name == req.spec.name)?;
+    let running = req.observed.newest(&target?)?;
+    (running.state == ContainerState::Running).then(|| running.id.clone())
+}
+
 /// Pulls, creates and starts one container, then runs its postStart hook (R1.8, R8.1).
 /// Returns the new container ID.
 pub async fn start_container(ctx: &Shared, req: &StartRequest<'_>) -> Result<String, StartError> {
@@ -478,6 +491,7 @@ pub async fn start_container(ctx: &Shared, req: &StartRequest<'_>) -> Result<Str
             image_ref: image_ref.clone(),
             restart_count,
             termination_file: None,
+            pid_target: None,
         };
         crate::pod::spec::resolve_env(&ctx.node, d, c, &rv, api_env.as_ref())
             .map_err(|e| err("CreateContainerConfigError", e.reason))?
@@ -485,7 +499,13 @@ pub async fn start_container(ctx: &Shared, req: &StartRequest<'_>) -> Result<Str
         Vec::new()
     };
     let (mounts, termination_file) = prepare_mounts(ctx, req, &mount_env)?;
-    let rv = RuntimeValues { pod_ips: req.pod_ips.to_vec(), image_ref, restart_count, termination_file };
+    let rv = RuntimeValues {
+        pod_ips: req.pod_ips.to_vec(),
+        image_ref,
+        restart_count,
+        termination_file,
+        pid_target: pid_target(req),
+    };
     let config = container_config_with_env(&ctx.node, d, c, req.kind, &rv, mounts, api_env.as_ref())
         .map_err(|e| {
             // The kubelet's text: the event and status already name the container.

@@ -58,6 +58,19 @@ pub(crate) fn app_statuses(ctx: &Ctx, previous: &[ContainerStatus]) -> Vec<Conta
     out
 }
 
+/// `ephemeralContainerStatuses`, in spec order: mapped as an app container's, never ready
+/// (no probe, not part of the pod's readiness), as upstream.
+pub(crate) fn ephemeral_statuses(ctx: &Ctx, previous: &[ContainerStatus]) -> Vec<ContainerStatus> {
+    crate::pod::spec::ephemeral_containers(ctx.pod)
+        .iter()
+        .map(|(c, _)| {
+            let mut st = status_of(ctx, c, ContainerKind::App, find(previous, &c.name));
+            st.ready = false;
+            st
+        })
+        .collect()
+}
+
 pub(crate) fn find<'s>(statuses: &'s [ContainerStatus], name: &str) -> Option<&'s ContainerStatus> {
     statuses.iter().find(|s| s.name == name)
 }

@@ -79,6 +79,8 @@ pub fn compute(input: &StatusInput) -> PodStatus {
     let prev_apps = previous.and_then(|p| p.container_statuses.as_deref()).unwrap_or_default();
     let init = containers::init_statuses(&ctx, prev_init);
     let apps = containers::app_statuses(&ctx, prev_apps);
+    let prev_ephemeral = previous.and_then(|p| p.ephemeral_container_statuses.as_deref()).unwrap_or_default();
+    let ephemeral = containers::ephemeral_statuses(&ctx, prev_ephemeral);
 
     let computed =
         phase::phase_of_statuses(pod, &init, &apps, phase::has_active_app_container(pod, input.observed));
@@ -120,6 +122,7 @@ pub fn compute(input: &StatusInput) -> PodStatus {
         conditions: Some(conditions),
         init_container_statuses: (!init.is_empty()).then_some(init),
         container_statuses: Some(apps),
+        ephemeral_container_statuses: (!ephemeral.is_empty()).then_some(ephemeral),
         host_ip: input.host_ip.map(str::to_owned),
         host_ips: input.host_ip.map(|ip| vec![HostIP { ip: ip.to_owned() }]),
         pod_ip: pod_ips.first().cloned(),

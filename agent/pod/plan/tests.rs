@@ -36,6 +36,15 @@ impl PodB {
         self.spec().init_containers.get_or_insert_with(Vec::new).push(c);
         self
     }
+    fn ephemeral(mut self, n: &str) -> Self {
+        let ec = k8s_openapi::api::core::v1::EphemeralContainer {
+            name: n.into(),
+            image: Some(IMG.into()),
+            ..Default::default()
+        };
+        self.spec().ephemeral_containers.get_or_insert_with(Vec::new).push(ec);
+        self
+    }
     fn startup_probe(mut self, n: &str) -> Self {
         let p = Probe { exec: Some(ExecAction { command: Some(vec!["true".into()]) }), ..Default::default() };
         let s = self.spec();
@@ -160,6 +169,7 @@ struct Want {
     app: Vec<&'static str>,
     /// RestartAllContainers: (instance id, kill first), in order.
     reset: Vec<(&'static str, bool)>,
+    ephemeral: Vec<&'static str>,
 }
 
 fn check(name: &str, p: &PodB, o: &ObsB, probes: &ProbeResults, want: Want) {
@@ -174,6 +184,7 @@ fn check(name: &str, p: &PodB, o: &ObsB, probes: &ProbeResults, want: Want) {
     let reset: Vec<(String, bool)> = got.reset.iter().map(|r| (r.id.clone(), r.kill)).collect();
     let want_reset: Vec<(String, bool)> = want.reset.iter().map(|(i, k)| (i.to_string(), *k)).collect();
     assert_eq!(reset, want_reset, "{name}: reset");
+    assert_eq!(got.ephemeral_to_start, want.ephemeral, "{name}: ephemeral_to_start");
 }
 
 #[test]
@@ -660,6 +671,48 @@ fn restart_all_containers_cases() {
             p(),
             observed().ready(),
             Want { init: vec!["i"], ..Default::default() },
+        ),
+    ];
+    for (name, p, o, want) in cases {
+        check(name, &p, &o, &none, want);
+    }
+}
+
+/// Ephemeral containers (upstream `computePodActions`): started once in the current sandbox,
+/// even while init containers run; never restarted; never with a new sandbox or a pod kill.
+#[test]
+fn ephemeral_container_cases() {
+    let none = ProbeResults::default();
+    let cases: Vec<(&str, PodB, ObsB, Want)> = vec![
+        (
+            "added to a running pod: started",
+            pod().app("a").ephemeral("dbg"),
+            observed().ready().running("a"),
+            Want { ephemeral: vec!["dbg"], ..Default::default() },
+        ),
+        (
+            "exited: never started again",
+            pod().app("a").ephemeral("dbg"),
+            observed().ready().running("a").exited("dbg", 3),
+            Want::default(),
+        ),
+        (
+            "while an init container runs: started too",
+            pod().init("i").app("a").ephemeral("dbg"),
+            observed().ready().running("i"),
+            Want { ephemeral: vec!["dbg"], ..Default::default() },
+        ),
+        (
+            "a new sandbox: not yet",
+            pod().app("a").ephemeral("dbg"),
+            observed(),
+            Want { sandbox: Some(0), app: vec!["a"], ..Default::default() },
+        ),
+        (
+            "the pod is done: not started",
+            pod().app("a").policy("Never").ephemeral("dbg"),
+            observed().ready().exited("a", 0),
+            Want { kill_pod: Some(PodKillReason::PodCompleted), ..Default::default() },
         ),
     ];
     for (name, p, o, want) in cases {

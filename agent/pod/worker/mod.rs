@@ -372,6 +372,14 @@ impl Worker {
         // The in-place update's own wake-up (end of the drain wait, pull retry) must survive a
         // sync that also had other work, or it waits for an unrelated wake (a crash back-off).
         let mut requeue: Option<i64> = update_requeue;
+        if !the_plan.ephemeral_to_start.is_empty() {
+            let ephemeral = crate::pod::spec::ephemeral_containers(&pod);
+            for name in &the_plan.ephemeral_to_start {
+                let Some((spec, _)) = ephemeral.iter().find(|(c, _)| &c.name == name) else { continue };
+                self.start(&observed, spec, Kind::Ephemeral, &sandbox_id, &pod_ips, &sb_config, &mut requeue)
+                    .await;
+            }
+        }
         for name in &the_plan.init_to_start {
             let Some((spec, kind)) = containers.iter().find(|(c, _)| &c.name == name) else { continue };
             let ok =
