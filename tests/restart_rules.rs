@@ -368,8 +368,12 @@ async fn restart_all_containers_runs_the_pod_again_in_its_sandbox() {
                 phases.push(ph);
             }
         }
+        // The app past its first steps (the count and the copy of what the init container wrote):
+        // the status can show a container running a moment before its shell has done anything.
+        let seen = std::fs::read_to_string(out.join("again-seen-2")).unwrap_or_default();
+        let ran = seen.lines().count() >= 2 && runs(&out, "again-side") >= 2;
         let done = p.filter(|p| {
-            running(p, "app")
+            ran && running(p, "app")
                 && restart_count(p, "app") == Some(1)
                 && running(p, "side")
                 && phase(p) == "Running"
@@ -428,9 +432,11 @@ async fn restart_all_containers_survives_an_agent_restart() {
     })
     .await;
     a.spawn();
+    // Running as the status shows it, and past the first step of its command (the count).
     let after = wait_for("every container run again", Duration::from_secs(90), || async {
         let p = a.pod("later")?;
-        (running(&p, "app") && restart_count(&p, "app") == Some(1) && running(&p, "side")).then_some(p)
+        let ran = runs(&out, "later-app") >= 2 && runs(&out, "later-side") >= 2;
+        (ran && running(&p, "app") && restart_count(&p, "app") == Some(1) && running(&p, "side")).then_some(p)
     })
     .await;
     assert_eq!(cri.observe(&uid).await.expect("observe").sandbox().map(|s| s.id.clone()), before);
