@@ -346,9 +346,13 @@ async fn stop_order_with_enough_grace() {
     // Three 2-second turns, well inside the 30 s budget.
     assert!(took >= Duration::from_secs(6), "termination took {took:?}, shorter than three 2 s turns");
     assert!(took <= Duration::from_secs(14), "termination took {took:?}");
-    // Everything removed: the pod, its directory, and the API entry.
-    assert!(!a.root.join("pods").join(&uid).exists(), "pod directory removed");
-    assert!(!a.logs.join(format!("t-order_order_{uid}")).exists(), "pod log directory removed");
+    // Everything removed: the pod, its directory, and the API entry. The directories go right
+    // after the runtime's objects (which is what `gone` saw): wait for them, with a deadline.
+    let dirs = [a.root.join("pods").join(&uid), a.logs.join(format!("t-order_order_{uid}"))];
+    wait_for("pod directory and pod log directory removed", Duration::from_secs(10), || async {
+        dirs.iter().all(|d| !d.exists()).then_some(())
+    })
+    .await;
     wait_for("pod gone from the API", Duration::from_secs(10), || async {
         a.pods().filter(|p| p.is_empty()).map(|_| ())
     })
