@@ -332,10 +332,6 @@ spec:
     )
 }
 
-fn pod_condition<'a>(p: &'a Value, t: &str) -> Option<&'a str> {
-    p["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == t)?["status"].as_str()
-}
-
 /// RestartAllContainers (KEP-5532): the app's exit 42 stops the sidecar at once (no preStop, no
 /// grace), removes every container and runs the pod again in the same sandbox: the init
 /// container (which finds its emptyDir file from the first run), the sidecar, the app, each
@@ -352,7 +348,7 @@ async fn restart_all_containers_runs_the_pod_again_in_its_sandbox() {
         (phase(&p) == "Running" && running(&p, "app") && running(&p, "side")).then_some(p)
     })
     .await;
-    assert_eq!(pod_condition(&first, "AllContainersRestarting"), Some("False"), "{}", first["status"]);
+    assert_eq!(condition(&first, "AllContainersRestarting"), Some("False"), "{}", first["status"]);
     let uid = first["metadata"]["uid"].as_str().expect("uid").to_string();
     let cri = a.env.cri();
     let sandbox = |o: crilet::model::ObservedPod| o.sandbox().map(|s| (s.id.clone(), s.ips.clone()));
@@ -402,7 +398,7 @@ async fn restart_all_containers_runs_the_pod_again_in_its_sandbox() {
         assert_eq!(s["restartCount"], 1, "{name}: {s}");
     }
     assert_eq!(restart_count(&after, "app"), Some(1));
-    assert_eq!(pod_condition(&after, "AllContainersRestarting"), Some("False"), "{}", after["status"]);
+    assert_eq!(condition(&after, "AllContainersRestarting"), Some("False"), "{}", after["status"]);
     let events = a.events_of("t-rules", "again");
     assert!(events.contains("RestartAllContainers"), "{events}");
 }

@@ -87,15 +87,6 @@ pub fn restart_without_exit_code(container: &Container, pod_policy: &str) -> boo
     }
 }
 
-/// Could this container ever be restarted (upstream `IsContainerRestartable`)? Its own policy
-/// is not `Never` or a rule restarts it; without its own policy, the pod's is not `Never`.
-pub fn container_restartable(container: &Container, pod_policy: &str) -> bool {
-    match container.restart_policy.as_deref() {
-        Some(own) => own != "Never" || rules(container).any(|r| r.action == "Restart"),
-        None => pod_policy != "Never",
-    }
-}
-
 /// Does the container's first rule that matches `exit_code` restart the whole pod
 /// (KEP-5532)? Only with a container `restartPolicy` of its own, as upstream.
 pub fn restart_all_rule_matches(container: &Container, exit_code: i32) -> bool {

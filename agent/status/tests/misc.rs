@@ -6,8 +6,8 @@ use k8s_openapi::api::core::v1::{
 
 use super::{Extra, ObservedBuilder, at, none, observed, pod, run};
 use crate::status::{
-    ContainerKind, container_kinds, container_restartable, container_should_restart, pod_initialized,
-    restart_all_rule_matches, restart_without_exit_code, should_restart,
+    ContainerKind, container_kinds, container_should_restart, pod_initialized, restart_all_rule_matches,
+    restart_without_exit_code, should_restart,
 };
 
 #[test]
@@ -100,11 +100,6 @@ fn container_restart_rules_cases() {
     for (name, spec, pod_policy, code, want) in cases {
         assert_eq!(container_should_restart(spec, pod_policy, code), want, "{name}");
     }
-    // Restartable at all (probe keeps going, the pod is not run-once).
-    assert!(container_restartable(&never_42, "Never"));
-    assert!(!container_restartable(&c(Some("Never"), &[]), "Always"));
-    assert!(container_restartable(&c(None, &[]), "OnFailure"));
-    assert!(!container_restartable(&rules_without_policy, "Never"));
     // No exit code (probe failure, unknown state): the container's own policy alone.
     assert!(!restart_without_exit_code(&never_42, "Always"));
     assert!(restart_without_exit_code(&c(Some("OnFailure"), &[]), "Never"));
