@@ -1,6 +1,7 @@
 //! What every pod worker shares: the CRI client, node settings, the registry (status + events),
 //! the node-wide image pull back-off and the pull lock (pulls are serialized, R11.3).
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::Mutex as AsyncMutex;
@@ -24,6 +25,9 @@ pub struct PodContext {
     /// Cluster mode: the API-backed volumes and env of pods (`None`: static pods only, which
     /// cannot name API objects).
     pub volumes: Option<Arc<VolumeManager>>,
+    /// The cpu (millicores) and memory requests of every active pod at its allocation, by UID:
+    /// what a resize must fit beside (KEP-1287).
+    requests: Mutex<BTreeMap<String, (i64, i64)>>,
 }
 
 pub type Shared = Arc<PodContext>;
@@ -52,7 +56,23 @@ impl PodContext {
             pull_lock: AsyncMutex::new(()),
             started: std::time::Instant::now(),
             volumes: None,
+            requests: Mutex::new(BTreeMap::new()),
         }
+    }
+
+    /// Records (or, with `None`, forgets) a pod's requests at its allocation.
+    pub fn set_requests(&self, uid: &str, requests: Option<(i64, i64)>) {
+        let Ok(mut all) = self.requests.lock() else { return };
+        match requests {
+            Some(r) => all.insert(uid.to_string(), r),
+            None => all.remove(uid),
+        };
+    }
+
+    /// The summed requests of every active pod but `uid`.
+    pub fn requests_of_others(&self, uid: &str) -> (i64, i64) {
+        let Ok(all) = self.requests.lock() else { return (0, 0) };
+        all.iter().filter(|(u, _)| *u != uid).fold((0, 0), |(c, m), (_, r)| (c + r.0, m + r.1))
     }
 
     pub fn normal(&self, pod: &PodKey, container: Option<&str>, reason: &str, message: String) {

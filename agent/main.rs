@@ -457,6 +457,7 @@ async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
         }
         _ => manifests,
     };
+    sup.learn_carried(&initial).await;
     sup.apply(&initial);
     service.starting(&crilet::systemd::first_sync(initial.pods.len()));
     sup.reap_orphans(&initial, &s.manifest_dir).await;

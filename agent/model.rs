@@ -104,6 +104,9 @@ pub struct ObservedContainer {
     /// The stop signal the runtime will send (CRI `ContainerStatus.stop_signal`, KEP-4960):
     /// `None` when it reports none, as runtimes without the field (containerd < 2.3) do.
     pub stop_signal: Option<String>,
+    /// The cgroup values the runtime reports it applied (CRI `ContainerStatus.resources`), if it
+    /// reports them.
+    pub resources: Option<crate::cri::api::LinuxContainerResources>,
 }
 
 /// Everything the runtime shows for one pod UID, newest first in both lists.

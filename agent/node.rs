@@ -59,3 +59,28 @@ pub fn pod_log_dir(node: &NodeConfig, d: &DesiredPod) -> PathBuf {
 pub fn pod_dir(node: &NodeConfig, uid: &str) -> PathBuf {
     node.root_dir.join("pods").join(uid)
 }
+
+/// The machine's memory in bytes (`MemTotal` of /proc/meminfo; 0 when unreadable).
+pub fn memory_total() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// The kubelet's default hard eviction threshold for memory (memory.available<100Mi), which
+/// allocatable leaves out.
+pub const EVICTION_MEMORY: u64 = 100 * 1024 * 1024;
+
+/// Node allocatable cpu (millicores) and memory (bytes), as the Node object reports it: the
+/// CPUs, and the memory less the eviction threshold. Read once.
+pub fn allocatable() -> (i64, i64) {
+    static ROOM: std::sync::OnceLock<(i64, i64)> = std::sync::OnceLock::new();
+    *ROOM.get_or_init(|| {
+        let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+        let memory = memory_total().saturating_sub(EVICTION_MEMORY);
+        (i64::try_from(cpus).unwrap_or(1) * 1000, i64::try_from(memory).unwrap_or(i64::MAX))
+    })
+}

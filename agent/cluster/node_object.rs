@@ -41,9 +41,9 @@ pub struct RuntimeReadiness {
     pub problems: Vec<String>,
 }
 
-/// The kubelet's default hard eviction thresholds, subtracted from capacity for allocatable
-/// (memory.available<100Mi, nodefs.available<10%).
-const EVICTION_MEMORY: u64 = 100 * 1024 * 1024;
+// The kubelet's default hard eviction thresholds, subtracted from capacity for allocatable
+// (memory.available<100Mi, nodefs.available<10%).
+use crate::node::EVICTION_MEMORY;
 
 pub fn capacity(f: &NodeFacts) -> BTreeMap<String, Quantity> {
     BTreeMap::from([

@@ -36,11 +36,7 @@ pub fn read_facts(
     runtime_version: String,
 ) -> NodeFacts {
     let read = |p: &str| std::fs::read_to_string(p).map(|s| s.trim().to_string()).unwrap_or_default();
-    let memory_bytes = read("/proc/meminfo")
-        .lines()
-        .find_map(|l| l.strip_prefix("MemTotal:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map_or(0, |kb| kb * 1024);
+    let memory_bytes = crate::node::memory_total();
     let ephemeral_bytes =
         nix::sys::statvfs::statvfs(root_dir).map(|s| s.blocks() * s.fragment_size()).unwrap_or(0);
     let os_image = read("/etc/os-release")

@@ -410,6 +410,31 @@ impl CriClient {
         ignore_not_found(r.map(drop))
     }
 
+    /// `UpdateContainerResources` (in-place resize): the runtime applies `linux` to the
+    /// running container and records it for its next start.
+    pub async fn update_container_resources(
+        &self,
+        id: &str,
+        linux: api::LinuxContainerResources,
+    ) -> Result<(), CriError> {
+        let mut c = self.runtime.clone();
+        self.call(
+            "UpdateContainerResources",
+            id,
+            CALL_TIMEOUT,
+            c.update_container_resources(req(
+                api::UpdateContainerResourcesRequest {
+                    container_id: id.to_string(),
+                    linux: Some(linux),
+                    ..Default::default()
+                },
+                CALL_TIMEOUT,
+            )),
+        )
+        .await
+        .map(drop)
+    }
+
     /// `RemoveContainer`; NotFound counts as removed.
     pub async fn remove_container(&self, id: &str) -> Result<(), CriError> {
         let mut c = self.runtime.clone();

@@ -78,5 +78,6 @@ pub fn container_from_status(s: &api::ContainerStatus, sandbox_id: &str) -> Obse
         log_path: s.log_path.clone(),
         annotations: to_btree(&s.annotations),
         stop_signal: super::signal::name_of(s.stop_signal).map(str::to_string),
+        resources: s.resources.as_ref().and_then(|r| r.linux.clone()),
     }
 }

@@ -1,10 +1,13 @@
 //! Pods: the per-pod worker, its pure planner, and the executor that applies plans through CRI.
+pub mod carry;
 pub mod cgroups;
 // Shared with the probes, so they live below both; re-exported for the pod modules.
 pub use crate::{backoff, context, expand};
 pub mod hash;
 pub mod hooks;
 pub mod plan;
+pub mod pod_cgroup;
+pub mod resize;
 pub mod spec;
 pub mod start;
 pub mod stop_signal;

@@ -12,7 +12,6 @@ use crate::cri::api;
 use crate::expand::expand;
 use crate::model::{DesiredPod, keys};
 pub use crate::node::{HostDns, NodeConfig, pod_dir, pod_log_dir};
-use crate::source::quantity::Quantity;
 use crate::status::qos_class;
 use crate::volumes::EnvSources;
 
@@ -321,29 +320,11 @@ fn field_value(node: &NodeConfig, d: &DesiredPod, path: &str, rv: &RuntimeValues
     })
 }
 
+/// The container's cgroup values: from its resources, which for a running pod are the
+/// allocated ones (KEP-1287).
 fn linux_resources(c: &Container) -> api::LinuxContainerResources {
-    let r = c.resources.as_ref();
-    let get = |m: Option<
-        &std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
-    >,
-               k: &str| { m.and_then(|m| m.get(k)).map(|q| q.0.clone()) };
-    let milli = |q: String| Quantity::parse(&q)?.milli_value().and_then(|v| i64::try_from(v).ok());
-    let units = |q: String| Quantity::parse(&q)?.value().and_then(|v| i64::try_from(v).ok());
-    let cpu_limit = get(r.and_then(|r| r.limits.as_ref()), "cpu").and_then(milli);
-    // A limit without a request defaults the request to the limit (API defaulting).
-    let cpu_request = get(r.and_then(|r| r.requests.as_ref()), "cpu").and_then(milli).or(cpu_limit);
-    let mem_limit = get(r.and_then(|r| r.limits.as_ref()), "memory").and_then(units);
-    let mut out = api::LinuxContainerResources {
-        // milliCPUToShares: at least 2 shares, 1024 per CPU.
-        cpu_shares: cpu_request.map_or(2, |m| (m * 1024 / 1000).max(2)),
-        memory_limit_in_bytes: mem_limit.unwrap_or(0),
-        ..Default::default()
-    };
-    if let Some(m) = cpu_limit {
-        out.cpu_period = 100_000;
-        out.cpu_quota = (m * 100_000 / 1000).max(1000);
-    }
-    out
+    use crate::pod::resize::{Amounts, linux_resources};
+    linux_resources(Amounts::of(c.resources.as_ref()))
 }
 
 /// R1.8–R1.12: the container config. `mounts` are prepared by the executor.

@@ -14,6 +14,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use super::carry::{Carried, resized_only};
 use super::context::Shared;
 use super::worker::{Desire, run_worker};
 use crate::model::{DesiredPod, PodKey, keys};
@@ -53,6 +54,8 @@ pub struct Supervisor {
     /// Cluster mode: API pods that the runtime runs but the API lacks have been reaped (after
     /// the first complete list). Until then nothing of an API pod may be cleaned up.
     api_reaped: bool,
+    /// Static pods resized in place: their new content UID maps to the running UID.
+    carried: Carried,
 }
 
 impl Supervisor {
@@ -68,6 +71,7 @@ impl Supervisor {
             first_syncs: Vec::new(),
             gone: None,
             api_reaped: true,
+            carried: Carried::default(),
         }
     }
 
@@ -121,6 +125,9 @@ impl Supervisor {
     /// Brings the workers in line with `set`. A running pod whose manifest file (or the whole
     /// directory) is currently broken is left alone: a bad edit never disturbs a running pod.
     pub fn apply(&mut self, set: &ManifestSet) {
+        self.carry_resized(set);
+        let carried = self.carried.apply(set);
+        let set = &carried;
         let keys: Vec<PodKey> = self.running.keys().cloned().collect();
         for key in keys {
             let broken = self.running.get(&key).is_some_and(|r| {
@@ -188,6 +195,58 @@ impl Supervisor {
         }
     }
 
+    /// Static pods whose edit changes only cpu/memory resources (and images) keep their running
+    /// UID (KEP-1287, beyond upstream): the worker resizes them in place. Learns such edits of
+    /// running pods; the map forgets pods that are gone.
+    fn carry_resized(&mut self, set: &ManifestSet) {
+        for (key, d) in &set.pods {
+            let Some(r) = self.running.get(key) else { continue };
+            if r.uid == d.uid || is_api(d) || self.carried.contains(&d.uid) {
+                continue;
+            }
+            let resized = match &*r.tx.borrow() {
+                Desire::Run(cur) => resized_only(&cur.pod, &d.pod),
+                Desire::Terminate { .. } => false,
+            };
+            if resized {
+                info!(pod = %key, uid = %r.uid, "manifest changed only in cpu/memory: resizing the pod in place");
+                self.carried.insert(&d.uid, &r.uid);
+            }
+        }
+        let running: Vec<String> = self.running.values().map(|r| r.uid.clone()).collect();
+        let set_uids: Vec<&str> = set.pods.values().map(|d| d.uid.as_str()).collect();
+        // Kept while the pod runs, or before the first apply (learned from the runtime).
+        let first = self.running.is_empty() && self.terminating.is_empty();
+        self.carried
+            .retain_live(|live| first || running.iter().any(|u| u == live) || set_uids.contains(&live));
+    }
+
+    /// On start, before the first apply: static pods whose manifest was resized (while the agent
+    /// was down, or before it restarted) against the spec their sandbox carries keep their UID.
+    pub async fn learn_carried(&mut self, set: &ManifestSet) {
+        let sandboxes = match self.ctx.cri.list_all(Some((keys::MANAGED_BY, "crilet"))).await {
+            Ok((s, _)) => s,
+            Err(e) => return warn!(error = %e, "cannot list sandboxes to find resized pods"),
+        };
+        for sb in sandboxes {
+            let Some(uid) = sb.labels.get(keys::POD_UID) else { continue };
+            let key = PodKey::new(
+                sb.labels.get(keys::POD_NAMESPACE).cloned().unwrap_or_else(|| "default".into()),
+                sb.labels.get(keys::POD_NAME).cloned().unwrap_or_default(),
+            );
+            let Some(d) = set.pods.get(&key).filter(|d| &d.uid != uid && !is_api(d)) else { continue };
+            if set.pods.values().any(|o| &o.uid == uid) {
+                continue;
+            }
+            let pod: Option<Pod> =
+                sb.annotations.get(keys::POD_SPEC).and_then(|j| serde_json::from_str(j).ok());
+            if pod.is_some_and(|p| resized_only(&p, &d.pod)) {
+                info!(pod = %key, uid = %uid, "manifest differs from the running pod only in cpu/memory: keeping its UID");
+                self.carried.insert(&d.uid, uid);
+            }
+        }
+    }
+
     /// Terminates pods the runtime runs for crilet that no manifest names (manifest removed while
     /// the agent was down). Their spec comes from the sandbox annotation.
     /// Only pods whose manifest lived in `manifest_dir` are this agent's to reap, so agents with
@@ -215,6 +274,8 @@ impl Supervisor {
                 return;
             }
         };
+        let carried = self.carried.apply(set);
+        let set = &carried;
         let wanted: Vec<&str> = set.pods.values().map(|d| d.uid.as_str()).collect();
         let mut orphans: BTreeMap<String, DesiredPod> = BTreeMap::new();
         for sb in sandboxes {
@@ -383,4 +444,8 @@ fn file_broken(set: &ManifestSet, file: &std::path::Path) -> bool {
     set.problems.iter().any(|p| {
         p.kind == ProblemKind::Error && (p.file == file || file.parent().is_some_and(|dir| p.file == dir))
     })
+}
+
+fn is_api(d: &DesiredPod) -> bool {
+    crate::cluster::pods::is_api_source(&d.file.display().to_string())
 }

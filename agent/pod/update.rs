@@ -256,6 +256,7 @@ mod tests {
             log_path: String::new(),
             annotations: Default::default(),
             stop_signal: None,
+            resources: None,
         }
     }
 

@@ -203,7 +203,7 @@ static CONTAINER: Table = Table {
             Reject("volumeDevices are not supported by crilet (they need a PersistentVolumeClaim)"),
         ),
         ("resources", Obj(&RESOURCES)),
-        ("resizePolicy", Warn("static pods cannot be resized in place; ignored")),
+        ("resizePolicy", List(&RESIZE_POLICY)),
         ("securityContext", Obj(&SECURITY_CONTEXT)),
         ("livenessProbe", Obj(&PROBE)),
         ("readinessProbe", Obj(&PROBE)),
@@ -251,6 +251,9 @@ static PORT: Table = Table {
 };
 
 /// KEP-5307 container restart rules.
+static RESIZE_POLICY: Table =
+    Table { fields: &[("resourceName", Leaf), ("restartPolicy", Leaf)], unknown: Unknown::Warn };
+
 static RESTART_RULE: Table =
     Table { fields: &[("action", Leaf), ("exitCodes", Obj(&EXIT_CODES))], unknown: Unknown::Warn };
 

@@ -51,6 +51,8 @@ struct Pod<'a> {
     grace: i64,
     /// `spec.os.name`, which stop signals depend on.
     os: Option<&'a str>,
+    /// `spec.restartPolicy`, which resize policies depend on.
+    restart_policy: &'a str,
 }
 
 /// Validates every container of the pod; `volumes` are the pod's volume names.
@@ -63,6 +65,7 @@ pub(super) fn containers(spec: &PodSpec, volumes: &BTreeSet<&str>, f: &mut Findi
         host_network: spec.host_network == Some(true),
         grace: spec.termination_grace_period_seconds.unwrap_or(0),
         os: spec.os.as_ref().map(|os| os.name.as_str()),
+        restart_policy: spec.restart_policy.as_deref().unwrap_or("Always"),
     };
     let init = spec.init_containers.iter().flatten().enumerate().map(|(i, c)| {
         let kind = if c.restart_policy.as_deref() == Some("Always") { Kind::Sidecar } else { Kind::Init };
@@ -144,6 +147,39 @@ fn restart_policy(c: &Container, path: &str, f: &mut Findings) {
     }
 }
 
+/// KEP-1287 as the API server validates `resizePolicy`: cpu or memory, each once, NotRequired
+/// or RestartContainer; not on regular init containers; only NotRequired in a `Never` pod.
+fn resize_policy(c: &Container, path: &str, kind: Kind, pod: &Pod<'_>, f: &mut Findings) {
+    let policies = c.resize_policy.as_deref().unwrap_or_default();
+    if policies.is_empty() {
+        return;
+    }
+    if kind == Kind::Init {
+        f.error(format!("{path}.resizePolicy"), INIT_ONLY_ALWAYS);
+        return;
+    }
+    let mut seen = BTreeSet::new();
+    for (i, p) in policies.iter().enumerate() {
+        let here = format!("{path}.resizePolicy[{i}]");
+        one_of(f, &format!("{here}.resourceName"), Some(p.resource_name.as_str()), &["cpu", "memory"]);
+        if !seen.insert(p.resource_name.as_str()) {
+            f.error(format!("{here}.resourceName"), format!("duplicate value {:?}", p.resource_name));
+        }
+        one_of(
+            f,
+            &format!("{here}.restartPolicy"),
+            Some(p.restart_policy.as_str()),
+            &["NotRequired", "RestartContainer"],
+        );
+        if pod.restart_policy == "Never" && p.restart_policy != "NotRequired" {
+            f.error(
+                format!("{here}.restartPolicy"),
+                "must be NotRequired when the pod's restartPolicy is Never",
+            );
+        }
+    }
+}
+
 fn container(c: &Container, path: &str, kind: Kind, pod: &Pod<'_>, f: &mut Findings) {
     if c.name.is_empty() {
         f.error(format!("{path}.name"), "required");
@@ -160,6 +196,7 @@ fn container(c: &Container, path: &str, kind: Kind, pod: &Pod<'_>, f: &mut Findi
     let pull = c.image_pull_policy.as_deref();
     one_of(f, &format!("{path}.imagePullPolicy"), pull, &["Always", "IfNotPresent", "Never"]);
     restart_policy(c, path, f);
+    resize_policy(c, path, kind, pod, f);
     let policy = c.termination_message_policy.as_deref();
     one_of(f, &format!("{path}.terminationMessagePolicy"), policy, &["File", "FallbackToLogsOnError"]);
     ports(c, path, pod, f);

@@ -142,6 +142,7 @@ impl ObsB {
                 log_path: String::new(),
                 annotations: Default::default(),
                 stop_signal: None,
+                resources: None,
             },
         );
         self

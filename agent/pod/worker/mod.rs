@@ -7,6 +7,7 @@ mod inplace;
 mod persist;
 mod publish;
 mod reset;
+mod resize;
 mod starts;
 
 use self::persist::{backoff_path, conditions_path, status_path, update_state_path};
@@ -95,6 +96,8 @@ struct Worker {
     /// This sync executed something (sandbox, container, start error): observe and publish
     /// again before waiting, so the status never lags behind the agent's own actions.
     acted: bool,
+    /// In-place resize (KEP-1287): the allocation and the resize conditions.
+    resize: resize::ResizeState,
 }
 
 /// Runs a pod worker until its pod has terminated (or the agent stops). `synced` fires after the
@@ -144,6 +147,7 @@ pub async fn run_worker(
         killed_by_agent: BTreeSet::new(),
         live: None,
         acted: false,
+        resize: resize::ResizeState::default(),
     };
     async move {
         let mut failures: u32 = 0;
@@ -157,6 +161,7 @@ pub async fn run_worker(
                         let names: Vec<String> =
                             all_containers(&w.desired.pod).into_iter().map(|(c, _)| c.name).collect();
                         crate::metrics::get().forget_pod(&w.desired.key, &w.desired.uid, &names);
+                        w.ctx.set_requests(&w.desired.uid, None);
                         return;
                     }
                     if cancel.is_cancelled() {
@@ -228,7 +233,9 @@ impl Worker {
         let ctx = self.ctx.clone();
         let observed = ctx.cri.observe(&self.desired.uid).await?;
         self.read_termination_messages(&observed);
-        let pod = self.desired.pod.clone();
+        // The pod as it runs: its spec with the allocated resources (KEP-1287).
+        let (running, resize_requeue) = self.resize_admit();
+        let pod = Arc::new(running);
         self.probes.reconcile(&pod, &observed, false);
         let (probe_results, probe_states) = self.probes.view();
         let (held, update_requeue) = self.step_update(&observed, &probe_results, &probe_states).await;
@@ -266,10 +273,11 @@ impl Worker {
             // No pod kill is under way: a deadline saved by one that ended with the agent is void.
             self.end_kill();
         }
-        let mut update_requeue = match (update_requeue, deadline) {
+        let earliest = |a: Option<i64>, b: Option<i64>| match (a, b) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
+        let mut update_requeue = earliest(earliest(update_requeue, deadline), resize_requeue);
         self.killed_by_agent.retain(|id| observed.containers.iter().any(|c| &c.id == id));
         if let Some(until) = settle_until(&the_plan, &observed, &self.killed_by_agent, now_ns()) {
             debug!("an instance was SIGKILLed from outside; starts wait to see whether the sandbox goes too");
@@ -281,7 +289,15 @@ impl Worker {
             self.acted = true;
             return self.reset_all(&observed, &the_plan.reset).await;
         }
-        if the_plan.is_empty() {
+        // KEP-1287: what actuating the allocation takes, for a pod that keeps its sandbox.
+        let resize_actions = if the_plan.kill_pod.is_none() && the_plan.create_sandbox.is_none() {
+            crate::pod::resize::actions(&pod, &observed, &self.actual_resources(&pod, &observed))
+        } else {
+            crate::pod::resize::Actions::default()
+        };
+        self.resize_settled(&pod, &resize_actions);
+        self.plan_resize_restarts(&mut the_plan, &resize_actions);
+        if the_plan.is_empty() && resize_actions.is_empty() {
             self.collect_garbage(&observed).await;
             return Ok(update_requeue);
         }
@@ -352,9 +368,23 @@ impl Worker {
             kill_one(&ctx, &self.desired, spec, &k.id, g, &k.message, pod_ip.as_deref()).await;
         }
 
+        if let Some(at) = self.resize_actuate(&pod, &resize_actions).await {
+            update_requeue = earliest(update_requeue, Some(at));
+        }
+
         let (sandbox_id, pod_ips, attempt) = match the_plan.create_sandbox {
             Some(attempt) => match create_sandbox(&ctx, &self.desired, attempt).await {
-                Ok((id, ips)) => (id, ips, attempt),
+                Ok((id, ips)) => {
+                    // The pod cgroup's values, before any container starts (the kubelet's pod
+                    // container manager); the runtime made the cgroup with the sandbox.
+                    let parent = crate::pod::spec::cgroup_parent(&pod, &self.desired.uid);
+                    if let Err(e) =
+                        crate::pod::pod_cgroup::write_config(&parent, &crate::pod::resize::pod_cgroup(&pod))
+                    {
+                        warn!(error = %e, "setting the pod cgroup's limits failed");
+                    }
+                    (id, ips, attempt)
+                }
                 Err(e) => {
                     // Retried after the kubelet's sync back-off (10 s, R12.9).
                     warn!(error = %e.message, "creating the sandbox failed; retrying");

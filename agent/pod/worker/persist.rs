@@ -73,3 +73,9 @@ pub(super) fn backoff_path(ctx: &Shared, uid: &str) -> std::path::PathBuf {
 pub(super) fn update_state_path(ctx: &Shared, uid: &str) -> std::path::PathBuf {
     pod_dir(&ctx.node, uid).join("inplace-update.json")
 }
+
+/// Where a pod's allocation (KEP-1287: the resources it was admitted or last resized to) is
+/// saved: containers are started with it, also after an agent restart.
+pub(super) fn allocation_path(ctx: &Shared, uid: &str) -> std::path::PathBuf {
+    pod_dir(&ctx.node, uid).join("allocation.json")
+}

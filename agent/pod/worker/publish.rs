@@ -23,7 +23,10 @@ impl Worker {
             }
         }
         let api_pod = crate::cluster::pods::is_api_source(&self.desired.file.display().to_string());
-        let external = update::with_own_condition(external, self.update.as_ref(), api_pod);
+        let mut external = update::with_own_condition(external, self.update.as_ref(), api_pod);
+        external
+            .retain(|c| c.type_ != crate::pod::resize::PENDING && c.type_ != crate::pod::resize::IN_PROGRESS);
+        external.extend(self.resize_conditions());
         let status = compute(&StatusInput {
             desired: &self.desired,
             observed,
@@ -53,6 +56,12 @@ impl Worker {
                 pod.spec.as_ref().and_then(|s| s.termination_grace_period_seconds);
         }
         let mut status = status;
+        for list in [status.container_statuses.as_mut(), status.init_container_statuses.as_mut()]
+            .into_iter()
+            .flatten()
+        {
+            self.resize_status(list, observed);
+        }
         if self.deadline_exceeded {
             // Upstream's active-deadline handler: the pod fails for good.
             status.phase = Some("Failed".into());

@@ -199,6 +199,7 @@ impl ObservedBuilder {
                 log_path: format!("/var/log/pods/default_web_uid-1/{name}/{restart_count}.log"),
                 annotations: BTreeMap::new(),
                 stop_signal: None,
+                resources: None,
             },
         );
         self

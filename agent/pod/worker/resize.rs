@@ -1,0 +1,356 @@
+//! In-place resize in the worker (KEP-1287): accept, defer or refuse a new request against the
+//! node's room, actuate the allocation in the kubelet's order (memory before cpu, the pod
+//! cgroup raised before the containers and lowered after them, decreases before increases),
+//! and report it (conditions, events, `resources`/`allocatedResources`).
+
+use k8s_openapi::api::core::v1::ContainerStatus;
+
+use super::persist::allocation_path;
+use super::*;
+use crate::pod::pod_cgroup;
+use crate::pod::resize::{
+    self, Actions, Allocation, Amounts, ContainerUpdate, Decision, IN_PROGRESS, PENDING, REASON_DEFERRED,
+    REASON_ERROR, REASON_INFEASIBLE, Room,
+};
+use crate::pod::spec::cgroup_parent;
+
+/// How soon a deferred resize or a failed actuation is tried again.
+const RESIZE_RETRY_NS: i64 = 5_000_000_000;
+/// How soon a pod whose resize was just actuated is looked at again.
+const RESIZE_CHECK_NS: i64 = 500_000_000;
+
+/// A resize's state in the worker.
+#[derive(Debug, Default)]
+pub(super) struct ResizeState {
+    /// What was accepted (loaded from the pod's dir, or admitted at the first sync).
+    pub alloc: Option<Allocation>,
+    /// `PodResizePending`: (reason, message, since).
+    pending: Option<(String, String, jiff::Timestamp)>,
+    /// `PodResizeInProgress`: since, and the actuation error if the last try failed.
+    progress: Option<(jiff::Timestamp, Option<String>)>,
+    /// The allocation is saved under the pod's dir (which exists once the sandbox does).
+    saved: bool,
+}
+
+impl Worker {
+    /// The pod as it runs: the spec with the allocation applied. A spec that asks for other
+    /// resources than allocated is decided first (accepted, deferred or infeasible). Returns it
+    /// with when to come back (a deferred resize is retried).
+    pub(super) fn resize_admit(&mut self) -> (Pod, Option<i64>) {
+        let spec = self.desired.pod.clone();
+        let alloc = match self.resize.alloc.take() {
+            Some(a) => a,
+            None => match std::fs::read(allocation_path(&self.ctx, &self.desired.uid))
+                .ok()
+                .and_then(|b| serde_json::from_slice::<Allocation>(&b).ok())
+            {
+                Some(a) => {
+                    self.resize.saved = true;
+                    a
+                }
+                // Admission: the pod runs with what it asks for.
+                None => Allocation::of(&spec),
+            },
+        };
+        let allocated = alloc.apply(&spec);
+        let (cpu, memory) = crate::node::allocatable();
+        let others = self.ctx.requests_of_others(&self.desired.uid);
+        let decision = resize::decide(&spec, &allocated, Room { cpu_milli: cpu, memory }, others);
+        let mut requeue = None;
+        let alloc = match decision {
+            Decision::Unchanged => {
+                self.resize.pending = None;
+                alloc
+            }
+            Decision::Accept => {
+                let mut a = Allocation::of(&spec);
+                a.generation = spec.metadata.generation;
+                self.resize.saved = false;
+                self.resize.pending = None;
+                self.resize.progress = Some((jiff::Timestamp::now(), None));
+                let text = resize::event_text("started", &spec, None);
+                self.ctx.normal(&self.desired.key, None, "ResizeStarted", text);
+                a
+            }
+            Decision::Deferred(message) => {
+                self.set_pending(REASON_DEFERRED, message, "ResizeDeferred");
+                requeue = Some(now_ns() + RESIZE_RETRY_NS);
+                alloc
+            }
+            Decision::Infeasible(message) => {
+                self.set_pending(REASON_INFEASIBLE, message, "ResizeInfeasible");
+                alloc
+            }
+        };
+        if !self.resize.saved {
+            self.resize.saved = self.save_allocation(&alloc);
+        }
+        let running = alloc.apply(&spec);
+        self.ctx.set_requests(&self.desired.uid, Some(crate::cluster::admit::requests(&running)));
+        self.resize.alloc = Some(alloc);
+        (running, requeue)
+    }
+
+    fn set_pending(&mut self, reason: &str, message: String, event: &str) {
+        let same = self.resize.pending.as_ref().is_some_and(|(r, m, _)| r == reason && *m == message);
+        if same {
+            return;
+        }
+        let text = resize::event_text(&reason.to_lowercase(), &self.desired.pod, Some(&message));
+        self.ctx.warning(&self.desired.key, None, event, text);
+        self.resize.pending = Some((reason.to_string(), message, jiff::Timestamp::now()));
+    }
+
+    fn save_allocation(&self, a: &Allocation) -> bool {
+        let path = allocation_path(&self.ctx, &self.desired.uid);
+        let tmp = path.with_extension("tmp");
+        let saved = serde_json::to_vec(a)
+            .map_err(std::io::Error::other)
+            .and_then(|json| std::fs::write(&tmp, json))
+            .and_then(|()| std::fs::rename(&tmp, &path));
+        if let Err(e) = &saved {
+            // The pod's dir is made with its sandbox; until then the allocation lives in memory
+            // and the next sync saves it.
+            debug!(error = %e, path = %path.display(), "saving the allocation failed");
+        }
+        saved.is_ok()
+    }
+
+    /// What each running container has now (by instance ID): what the runtime reports, or its
+    /// cgroup for a runtime that reports nothing.
+    pub(super) fn actual_resources(
+        &self,
+        running: &Pod,
+        observed: &ObservedPod,
+    ) -> BTreeMap<String, Amounts> {
+        let parent = cgroup_parent(running, &self.desired.uid);
+        observed
+            .containers
+            .iter()
+            .filter(|c| c.state == ContainerState::Running)
+            .filter_map(|c| {
+                let a = match &c.resources {
+                    Some(l) => Amounts::from_runtime(l),
+                    None => pod_cgroup::read_container(&parent, &c.id)?,
+                };
+                Some((c.id.clone(), a))
+            })
+            .collect()
+    }
+
+    /// Folds the containers to restart for a resize into the plan (killed and started again in
+    /// this sync, whatever the restart policy, as upstream).
+    pub(super) fn plan_resize_restarts(&self, plan: &mut crate::pod::plan::Plan, actions: &Actions) {
+        for (name, id) in &actions.restart {
+            if plan.kills.iter().any(|k| &k.id == id) {
+                continue;
+            }
+            plan.kills.push(crate::pod::plan::ContainerKill {
+                id: id.clone(),
+                name: name.clone(),
+                reason: KillReason::SpecChanged,
+                message: format!("Container {name} resize requires restart"),
+            });
+            let sidecar = self
+                .desired
+                .pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.init_containers.as_ref())
+                .is_some_and(|i| i.iter().any(|c| &c.name == name));
+            let starts = if sidecar { &mut plan.init_to_start } else { &mut plan.app_to_start };
+            if !starts.contains(name) {
+                starts.push(name.clone());
+            }
+        }
+    }
+
+    /// `doPodResizeAction`: the pod cgroup and the containers, memory first then cpu. An error
+    /// leaves `PodResizeInProgress` with reason Error (and a `ResizeError` event); the next
+    /// sync tries again. Returns when to come back.
+    pub(super) async fn resize_actuate(&mut self, running: &Pod, actions: &Actions) -> Option<i64> {
+        if actions.is_empty() {
+            return None;
+        }
+        if self.resize.progress.is_none() {
+            // Allocated and actual differ without a resize accepted by this agent: one
+            // accepted before a restart, carried on.
+            self.resize.progress = Some((jiff::Timestamp::now(), None));
+        }
+        match self.do_resize(running, actions).await {
+            // Back soon to see the runtime report the new values (upstream's PLEG watch
+            // condition polls the same way), which completes the resize.
+            Ok(()) => Some(now_ns() + RESIZE_CHECK_NS),
+            Err(error) => {
+                let said =
+                    self.resize.progress.as_ref().and_then(|(_, e)| e.as_deref()) == Some(error.as_str());
+                if !said {
+                    let text = resize::event_text("error", running, Some(&error));
+                    self.ctx.warning(&self.desired.key, None, "ResizeError", text);
+                }
+                if let Some((_, e)) = self.resize.progress.as_mut() {
+                    *e = Some(error);
+                }
+                Some(now_ns() + RESIZE_RETRY_NS)
+            }
+        }
+    }
+
+    async fn do_resize(&mut self, running: &Pod, actions: &Actions) -> Result<(), String> {
+        let parent = cgroup_parent(running, &self.desired.uid);
+        let want = resize::pod_cgroup(running);
+        let current = pod_cgroup::read_config(&parent)?;
+        let pod_changes = !actions.restart.is_empty();
+        if !actions.memory.is_empty() || pod_changes {
+            // Limits cannot be removed (upstream TODO #128675): no limit keeps the current one.
+            let new_limit = want.memory_limit.or(current.memory_limit);
+            self.check_memory_decrease(&parent, &current, new_limit, &actions.memory)?;
+            let (old, new) = (current.memory_limit.unwrap_or(i64::MAX), new_limit.unwrap_or(i64::MAX));
+            if new > old {
+                pod_cgroup::write_memory_limit(&parent, new_limit)?;
+            }
+            self.update_containers(&actions.memory, "memory").await?;
+            if new < old {
+                pod_cgroup::write_memory_limit(&parent, new_limit)?;
+            }
+        }
+        if !actions.cpu.is_empty() || pod_changes {
+            let new_quota = want.cpu_quota.or(current.cpu_quota);
+            let (old_q, new_q) = (current.cpu_quota.unwrap_or(i64::MAX), new_quota.unwrap_or(i64::MAX));
+            // Limits grow before requests, and requests shrink before limits.
+            if new_q > old_q {
+                pod_cgroup::write_cpu_quota(&parent, new_quota)?;
+            }
+            if want.cpu_shares > current.cpu_shares {
+                pod_cgroup::write_cpu_shares(&parent, want.cpu_shares)?;
+            }
+            self.update_containers(&actions.cpu, "cpu").await?;
+            if want.cpu_shares < current.cpu_shares {
+                pod_cgroup::write_cpu_shares(&parent, want.cpu_shares)?;
+            }
+            if new_q < old_q {
+                pod_cgroup::write_cpu_quota(&parent, new_quota)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A memory limit is never lowered below what the pod or the container uses now.
+    fn check_memory_decrease(
+        &self,
+        parent: &str,
+        current: &crate::pod::resize::PodCgroup,
+        new_limit: Option<i64>,
+        updates: &[ContainerUpdate],
+    ) -> Result<(), String> {
+        let mut problems = Vec::new();
+        if let Some(limit) = new_limit.filter(|l| current.memory_limit.is_none_or(|c| l < &c)) {
+            let usage = pod_cgroup::memory_usage(parent)?;
+            if usage >= limit {
+                problems.push(format!(
+                    "attempting to set pod memory limit ({limit}) below current usage ({usage})"
+                ));
+            }
+        }
+        let lowered = |u: &&ContainerUpdate| {
+            u.desired.memory_limit > 0
+                && (u.current.memory_limit == 0 || u.desired.memory_limit < u.current.memory_limit)
+        };
+        for u in updates.iter().filter(lowered) {
+            let usage = pod_cgroup::memory_usage(&pod_cgroup::container_cgroup(parent, &u.id))
+                .map_err(|_| format!("missing container {:?} memory usage", u.name))?;
+            if usage >= u.desired.memory_limit {
+                problems.push(format!(
+                    "attempting to set container {:?} memory limit ({}) below current usage ({usage})",
+                    u.name, u.desired.memory_limit
+                ));
+            }
+        }
+        match problems.len() {
+            0 => Ok(()),
+            1 => Err(format!("cannot decrease memory limits: {}", problems[0])),
+            _ => Err(format!("cannot decrease memory limits: [{}]", problems.join(", "))),
+        }
+    }
+
+    /// One `UpdateContainerResources` per container: the resource being resized at its new
+    /// value, the other at what the container has now.
+    async fn update_containers(&self, updates: &[ContainerUpdate], resource: &str) -> Result<(), String> {
+        for u in updates {
+            let a = if resource == "memory" {
+                Amounts {
+                    memory_limit: u.desired.memory_limit,
+                    memory_request: u.desired.memory_request,
+                    ..u.current
+                }
+            } else {
+                Amounts { cpu_limit: u.desired.cpu_limit, cpu_request: u.desired.cpu_request, ..u.current }
+            };
+            info!(container = %u.name, resource, "resizing container");
+            self.ctx
+                .cri
+                .update_container_resources(&u.id, resize::linux_resources(a))
+                .await
+                .map_err(|e| format!("updating {} of container {:?}: {e}", resource, u.name))?;
+        }
+        Ok(())
+    }
+
+    /// After a sync's observation: a resize in progress whose allocation every running container
+    /// now has is complete.
+    pub(super) fn resize_settled(&mut self, running: &Pod, actions: &Actions) {
+        if actions.is_empty() && self.resize.progress.take().is_some() {
+            // The status published at the start of this sync still shows it in progress.
+            self.acted = true;
+            let text = resize::event_text("completed", running, None);
+            self.ctx.normal(&self.desired.key, None, "ResizeCompleted", text);
+        }
+    }
+
+    /// The resize conditions, for the status.
+    pub(super) fn resize_conditions(&self) -> Vec<PodCondition> {
+        let generation = self.desired.pod.metadata.generation;
+        let cond =
+            |t: &str, reason: Option<&str>, message: Option<&str>, since: &jiff::Timestamp| PodCondition {
+                type_: t.into(),
+                status: "True".into(),
+                reason: reason.map(str::to_string),
+                message: message.map(str::to_string),
+                last_transition_time: Some(Time(*since)),
+                last_probe_time: None,
+                observed_generation: generation,
+            };
+        let mut out = Vec::new();
+        if let Some((reason, message, since)) = &self.resize.pending {
+            out.push(cond(PENDING, Some(reason), Some(message), since));
+        }
+        if let Some((since, error)) = &self.resize.progress {
+            let reason = error.as_ref().map(|_| REASON_ERROR);
+            out.push(cond(IN_PROGRESS, reason, error.as_deref(), since));
+        }
+        out
+    }
+
+    /// `resources` and `allocatedResources` of each container status.
+    pub(super) fn resize_status(&self, statuses: &mut [ContainerStatus], observed: &ObservedPod) {
+        let Some(alloc) = self.resize.alloc.as_ref() else { return };
+        let running = alloc.apply(&self.desired.pod);
+        let parent = cgroup_parent(&running, &self.desired.uid);
+        for st in statuses.iter_mut() {
+            let Some(a) = alloc.containers.get(&st.name) else { continue };
+            st.allocated_resources = resize::allocated_resources(a);
+            let live = st.state.as_ref().is_some_and(|s| s.running.is_some());
+            let instance = observed.newest(&st.name).filter(|o| o.state == ContainerState::Running);
+            st.resources = match instance.filter(|_| live) {
+                Some(o) => {
+                    let actual = match &o.resources {
+                        Some(l) => Some(Amounts::from_runtime(l)),
+                        None => pod_cgroup::read_container(&parent, &o.id),
+                    };
+                    Some(resize::status_resources(a, actual))
+                }
+                None => None,
+            };
+        }
+    }
+}
