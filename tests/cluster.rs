@@ -953,3 +953,120 @@ spec:
     assert_eq!(once["state"]["terminated"]["exitCode"], 3, "{once}");
     assert_eq!(q["status"]["phase"], "Running", "{}", p["status"]);
 }
+
+/// KEP-1287 for API pods: `kubectl patch --subresource resize` resizes the running container in
+/// place (the cgroup read from its file, the same instance, restartCount 0), the node reports
+/// the new `resources`/`allocatedResources`, and the resize conditions come and go; one that
+/// never fits the node is Infeasible and changes nothing.
+#[tokio::test]
+async fn kubectl_resize_subresource_resizes_the_running_pod_in_place() {
+    let node = Node::start("resize", 10276, &[]).await;
+    node.wait_ready().await;
+    node.apply(&render(
+        &node,
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: rs}
+spec:
+  nodeName: ${NODE}
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: app
+    image: ${CRILET_IMAGE_BUSYBOX}
+    command: [sleep, "3600"]
+    resources:
+      requests: {cpu: 100m, memory: 32Mi}
+      limits: {cpu: 200m, memory: 64Mi}
+"#,
+    ));
+    let before = node
+        .wait_pod("rs", "app running with its resources reported", Duration::from_secs(60), |p| {
+            api_cstatus(p, "app")
+                .is_some_and(|s| s["state"]["running"].is_object() && s["resources"].is_object())
+        })
+        .await;
+    let uid = before["metadata"]["uid"].as_str().expect("uid").to_string();
+    let id = api_cstatus(&before, "app").and_then(|s| s["containerID"].as_str()).expect("id").to_string();
+    let cid = id.trim_start_matches("containerd://").to_string();
+    let memory_file =
+        format!("/sys/fs/cgroup/memory/kubepods/burstable/pod{uid}/{cid}/memory.limit_in_bytes");
+    let quota_file = format!("/sys/fs/cgroup/cpu/kubepods/burstable/pod{uid}/{cid}/cpu.cfs_quota_us");
+    let read = |f: &str| std::fs::read_to_string(f).ok().and_then(|s| s.trim().parse::<i64>().ok());
+    assert_eq!(read(&memory_file), Some(64 << 20), "memory limit before");
+    assert_eq!(read(&quota_file), Some(20_000), "cpu quota before");
+
+    let patch = r#"{"spec":{"containers":[{"name":"app","resources":{"requests":{"cpu":"150m","memory":"32Mi"},"limits":{"cpu":"300m","memory":"96Mi"}}}]}}"#;
+    let (ok, out, err) = node.kubectl(&["patch", "pod", "rs", "--subresource", "resize", "-p", patch]);
+    assert!(ok, "kubectl patch --subresource resize: {out}{err}");
+    let p = node
+        .wait_pod("rs", "the resize applied and reported", Duration::from_secs(60), |p| {
+            let s = api_cstatus(p, "app");
+            let reported = s.is_some_and(|s| {
+                s["resources"]["limits"]["memory"] == "96Mi"
+                    && s["resources"]["limits"]["cpu"] == "300m"
+                    && s["allocatedResources"]["cpu"] == "150m"
+            });
+            let conditions = p["status"]["conditions"].as_array().cloned().unwrap_or_default();
+            reported
+                && !conditions
+                    .iter()
+                    .any(|c| c["type"] == "PodResizeInProgress" || c["type"] == "PodResizePending")
+        })
+        .await;
+    assert_eq!(read(&memory_file), Some(96 << 20), "memory limit after");
+    assert_eq!(read(&quota_file), Some(30_000), "cpu quota after");
+    let app = api_cstatus(&p, "app").expect("app");
+    assert_eq!(app["containerID"], id.as_str(), "the same instance");
+    assert_eq!(app["restartCount"], 0, "not restarted");
+    let (_, events, _) =
+        node.kubectl(&["get", "events", "--field-selector", "involvedObject.name=rs", "-o", "json"]);
+    assert!(events.contains("ResizeStarted") && events.contains("ResizeCompleted"), "{events}");
+
+    // A resize that does not fit beside another pod is Deferred (the API server only checks
+    // the node's allocatable), and applied once that pod is gone.
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    node.apply(&render(
+        &node,
+        &format!(
+            r#"
+apiVersion: v1
+kind: Pod
+metadata: {{name: big}}
+spec:
+  nodeName: ${{NODE}}
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: app
+    image: ${{CRILET_IMAGE_BUSYBOX}}
+    command: [sleep, "3600"]
+    resources: {{requests: {{cpu: {}m}}}}
+"#,
+            cores * 1000 - 500
+        ),
+    ));
+    node.wait_pod("big", "big running", Duration::from_secs(60), |p| phase(p) == "Running").await;
+    let patch = r#"{"spec":{"containers":[{"name":"app","resources":{"requests":{"cpu":"1"},"limits":{"cpu":"1"}}}]}}"#;
+    let (ok, out, err) = node.kubectl(&["patch", "pod", "rs", "--subresource", "resize", "-p", patch]);
+    assert!(ok, "kubectl patch --subresource resize: {out}{err}");
+    let p = node
+        .wait_pod("rs", "PodResizePending Deferred", Duration::from_secs(60), |p| {
+            p["status"]["conditions"].as_array().is_some_and(|cs| {
+                cs.iter().any(|c| c["type"] == "PodResizePending" && c["reason"] == "Deferred")
+            })
+        })
+        .await;
+    assert_eq!(read(&quota_file), Some(30_000), "cpu quota unchanged while deferred");
+    assert_eq!(api_cstatus(&p, "app").map(|s| s["containerID"].clone()), Some(Value::from(id.as_str())));
+    let (ok, out, err) = node.kubectl(&["delete", "pod", "big", "--wait=false"]);
+    assert!(ok, "delete big: {out}{err}");
+    node.wait_pod("rs", "the deferred resize applied", Duration::from_secs(60), |p| {
+        let conditions = p["status"]["conditions"].as_array().cloned().unwrap_or_default();
+        api_cstatus(p, "app").is_some_and(|s| s["resources"]["limits"]["cpu"] == "1")
+            && !conditions
+                .iter()
+                .any(|c| c["type"] == "PodResizePending" || c["type"] == "PodResizeInProgress")
+    })
+    .await;
+    assert_eq!(read(&quota_file), Some(100_000), "cpu quota after");
+}

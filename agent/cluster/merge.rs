@@ -18,13 +18,15 @@ use crate::source::{Deleting, ManifestSet};
 
 /// Conditions the node writes itself; every other condition of an API pod is a controller's
 /// (a readiness gate such as OpenKruise's `InPlaceUpdateReady`) and reaches status as external.
-pub const NODE_OWNED: [&str; 6] = [
+pub const NODE_OWNED: [&str; 8] = [
     "PodReadyToStartContainers",
     "Initialized",
     "ContainersReady",
     "Ready",
     "PodScheduled",
     "AllContainersRestarting",
+    crate::pod::resize::PENDING,
+    crate::pod::resize::IN_PROGRESS,
 ];
 
 /// The pods refused at admission, by UID: the status writer fails them in the API.

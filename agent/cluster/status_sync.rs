@@ -52,6 +52,13 @@ pub fn status_patch(uid: &str, status: &PodStatus, generation: Option<i64>) -> V
                 c.entry(field).or_insert(Value::Null);
             }
         }
+        // The resize conditions exist only while a resize is pending or under way: one the
+        // node no longer reports is deleted (a merge by type would keep it).
+        for t in [crate::pod::resize::PENDING, crate::pod::resize::IN_PROGRESS] {
+            if !conds.iter().any(|c| c["type"] == t) {
+                conds.push(json!({ "type": t, "$patch": "delete" }));
+            }
+        }
     }
     if let Some(obj) = v.as_object_mut() {
         for field in ["reason", "message"] {

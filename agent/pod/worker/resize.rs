@@ -86,7 +86,11 @@ impl Worker {
             self.resize.saved = self.save_allocation(&alloc);
         }
         let running = alloc.apply(&spec);
-        self.ctx.set_requests(&self.desired.uid, Some(crate::cluster::admit::requests(&running)));
+        // A pod that has finished holds nothing of the node any more.
+        let phase = self.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("");
+        let requests =
+            (!crate::status::is_terminal(phase)).then(|| crate::cluster::admit::requests(&running));
+        self.ctx.set_requests(&self.desired.uid, requests);
         self.resize.alloc = Some(alloc);
         (running, requeue)
     }
