@@ -194,8 +194,12 @@ fn terminated(st: &ContainerStatus) -> Vec<(String, k8s_openapi::api::core::v1::
 /// changed in place, the new image.
 pub fn kill_why(message: &str, new_image: Option<&str>) -> String {
     match new_image {
-        Some(image) => format!("image changed to {image} (in-place update)"),
-        None => message.to_string(),
+        // An in-place update restarts a container for its env from pod metadata with the
+        // image it already has: the message says why.
+        Some(image) if !message.contains("pod metadata") => {
+            format!("image changed to {image} (in-place update)")
+        }
+        _ => message.to_string(),
     }
 }
 

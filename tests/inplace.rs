@@ -1,8 +1,9 @@
 //! In-place image updates against the real containerd (DESIGN "Updates (in place if
 //! possible)", differences 1 and 4): an image-only edit keeps the pod (UID, sandbox, IP,
-//! emptyDir, untouched containers) and restarts only what changed; any other edit replaces the
-//! pod; a failed pull leaves the old container running; the drain wait is honoured, also across
-//! an agent SIGKILL.
+//! emptyDir, untouched containers) and restarts only what changed; so does a label edit, which
+//! restarts only the container whose env reads it (env from metadata, Kruise's semantics); any
+//! other edit replaces the pod; a failed pull leaves the old container running; the drain wait
+//! is honoured, also across an agent SIGKILL.
 
 mod common;
 
@@ -786,4 +787,92 @@ async fn drain_wait_not_stretched_by_a_crash_looping_sibling() {
     let waited = (old.finished_at - edit) as f64 / 1e9;
     assert!(waited >= 2.0, "drain wait honoured: {waited:.2}s");
     assert!(waited < 5.0, "drain wait of 2 s ended {waited:.2}s after the edit\n{}", a.log());
+}
+
+/// `reads` takes FLAVOUR from a label and writes it into the shared emptyDir at each start;
+/// `blind` reads no metadata.
+fn flavoured(flavour: &str, team: &str) -> String {
+    format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: meta
+  namespace: t-ipmeta
+  labels: {{flavour: {flavour}, team: {team}}}
+spec:
+  terminationGracePeriodSeconds: 2
+  volumes: [{{name: data, emptyDir: {{}}}}]
+  containers:
+  - name: reads
+    image: ${{CRILET_IMAGE_BUSYBOX}}
+    env:
+    - name: FLAVOUR
+      valueFrom: {{fieldRef: {{fieldPath: "metadata.labels['flavour']"}}}}
+    command: [sh, -c, 'echo "$FLAVOUR" >> /data/flavours; cat /data/flavours; trap "exit 0" TERM; while true; do sleep 1; done']
+    volumeMounts: [{{name: data, mountPath: /data}}]
+  - name: blind
+    image: ${{CRILET_IMAGE_BUSYBOX}}
+    command: [sh, -c, 'trap "exit 0" TERM; while true; do sleep 1; done']
+"#
+    )
+}
+
+/// Env from metadata, in place (OpenKruise's semantics for static pods): a label edit keeps the
+/// pod (UID, sandbox, IP, emptyDir), restarts only the container whose env reads the label, with
+/// the new value, through the in-place update flow; an edit of a label no container reads
+/// restarts nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_label_edit_restarts_in_place_only_the_container_that_reads_it() {
+    let a = Agent::start("inplace-metadata").await;
+    a.write_manifest("meta.yaml", &flavoured("vanilla", "a"));
+    let before = running_pod(&a, "meta").await;
+    let cri = a.env.cri();
+    let sandbox = cri.observe(&uid(&before)).await.expect("observe").sandboxes[0].id.clone();
+    let flavours = || async {
+        // Each instance prints the emptyDir's list of flavours when it starts.
+        let (ok, out, _) = a.cli(&["logs", "meta", "-n", "t-ipmeta", "-c", "reads"]);
+        ok.then_some(out)
+    };
+    wait_for("the first flavour written", Duration::from_secs(30), || async {
+        flavours().await.filter(|f| f.contains("vanilla"))
+    })
+    .await;
+
+    a.write_manifest("meta.yaml", &flavoured("chocolate", "a"));
+    let p = wait_updated(&a, "meta", "reads", 1, Duration::from_secs(60)).await;
+    assert_eq!(uid(&p), uid(&before), "same UID");
+    assert_eq!(p["status"]["podIP"], before["status"]["podIP"], "same IP");
+    let o = cri.observe(&uid(&p)).await.expect("observe");
+    assert_eq!(o.sandboxes.len(), 1, "one sandbox");
+    assert_eq!(o.sandboxes[0].id, sandbox, "same sandbox");
+    assert_eq!(ids(&p, &["blind"]), ids(&before, &["blind"]), "blind untouched");
+    assert_eq!(restarts(&p, "blind"), Some(0));
+    assert_eq!(p["metadata"]["labels"]["flavour"], "chocolate", "the published pod has the new label");
+    let written = wait_for("the second flavour written", Duration::from_secs(30), || async {
+        flavours().await.filter(|f| f.contains("chocolate"))
+    })
+    .await;
+    assert_eq!(written.split_whitespace().collect::<Vec<_>>(), ["vanilla", "chocolate"], "emptyDir kept");
+    let evs = events(&a, "t-ipmeta", "meta").await;
+    assert!(!has_event(&evs, "Recreating", ""), "not recreated:\n{}", show(&evs));
+    assert!(
+        has_event(
+            &evs,
+            "Killing",
+            "Container reads environment from pod metadata changed, will be restarted"
+        ),
+        "the restart says why:\n{}",
+        show(&evs)
+    );
+
+    // A label no container reads: the pod stays and nothing restarts.
+    a.write_manifest("meta.yaml", &flavoured("chocolate", "b"));
+    let p = wait_for("the new label published", Duration::from_secs(30), || async {
+        a.pod("meta").filter(|p| p["metadata"]["labels"]["team"] == "b")
+    })
+    .await;
+    assert_eq!(uid(&p), uid(&before), "same UID");
+    assert_eq!(restarts(&p, "reads"), Some(1), "reads not restarted again");
+    assert_eq!(restarts(&p, "blind"), Some(0), "blind not restarted");
 }

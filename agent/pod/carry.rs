@@ -1,9 +1,11 @@
-//! Static pods resized in place keep their UID (beyond upstream, which recreates every edited
-//! static pod). A static pod's UID is a hash of its content, and cpu/memory are part of that
-//! content (leaving them out now would change the UID of every running pod that sets them, on
-//! the upgrade to this crilet). So an edit that changes only the cpu/memory resources of app
-//! and sidecar containers (and images, which the UID already leaves out) *carries* the UID of
-//! the running pod: the new content UID maps to the running one. The map is rebuilt on start
+//! Static pods edited in place keep their UID (beyond upstream, which recreates every edited
+//! static pod): a resize (KEP-1287) and a labels/annotations edit (env from metadata, Kruise's
+//! semantics). A static pod's UID is a hash of its content, and resources, labels and
+//! annotations are part of that content (leaving them out now would change the UID of every
+//! running pod that sets them, on the upgrade to this crilet). So an edit that changes only the
+//! cpu/memory of app and sidecar containers, labels and annotations (and images, which the UID
+//! already leaves out) *carries* the UID of the running pod: the new content UID maps to the
+//! running one. The map is rebuilt on start
 //! from the spec each sandbox carries, so it survives an agent restart without a file.
 
 use std::collections::BTreeMap;
@@ -15,15 +17,19 @@ use crate::model::DesiredPod;
 use crate::pod::resize::resizable;
 use crate::source::ManifestSet;
 
-/// Does `new` differ from `running` only in the cpu/memory of resizable containers (and in
-/// images)? Both are pods as the manifest source gives them.
-pub fn resized_only(running: &Pod, new: &Pod) -> bool {
+/// Does `new` differ from `running` only in what changes in place: the cpu/memory of resizable
+/// containers, labels, annotations and images? Both are pods as the manifest source gives them.
+pub fn in_place_edit(running: &Pod, new: &Pod) -> bool {
     crate::source::pod_uid(&blank(running)) == crate::source::pod_uid(&blank(new))
 }
 
 fn blank(pod: &Pod) -> Pod {
     let mut p = pod.clone();
     p.metadata.uid = None;
+    // Labels and annotations change in place too: a container whose env reads one that changed
+    // is restarted in place (`metadata_env`).
+    p.metadata.labels = None;
+    p.metadata.annotations = None;
     let names: Vec<String> = resizable(&p).map(|c| c.name.clone()).collect();
     let Some(spec) = p.spec.as_mut() else { return p };
     for c in spec.containers.iter_mut().chain(spec.init_containers.iter_mut().flatten()) {
@@ -105,7 +111,7 @@ spec:
 ";
 
     #[test]
-    fn only_resizable_cpu_and_memory_edits_carry() {
+    fn only_in_place_edits_carry() {
         let base = pod(BASE);
         let cases = [
             ("same", BASE.to_string(), true),
@@ -143,6 +149,23 @@ spec:
                     "{name: p, namespace: default}",
                     "{name: p, namespace: default, labels: {a: b}}",
                 ),
+                true,
+            ),
+            (
+                "an annotation",
+                BASE.replace(
+                    "{name: p, namespace: default}",
+                    "{name: p, namespace: default, annotations: {a: b}}",
+                ),
+                true,
+            ),
+            ("the namespace", BASE.replace("namespace: default}", "namespace: other}"), false),
+            (
+                "an env value",
+                BASE.replace(
+                    "{name: app, image: busybox,",
+                    "{name: app, image: busybox, env: [{name: A, value: b}],",
+                ),
                 false,
             ),
             (
@@ -152,7 +175,7 @@ spec:
             ),
         ];
         for (what, yaml, want) in cases {
-            assert_eq!(resized_only(&base, &pod(&yaml)), want, "{what}");
+            assert_eq!(in_place_edit(&base, &pod(&yaml)), want, "{what}");
         }
     }
 }

@@ -5,6 +5,7 @@ pub mod cgroups;
 pub use crate::{backoff, context, expand};
 pub mod hash;
 pub mod hooks;
+pub mod metadata_env;
 pub mod plan;
 pub mod pod_cgroup;
 pub mod resize;

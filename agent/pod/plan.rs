@@ -134,12 +134,27 @@ fn host_network(pod: &Pod) -> bool {
 }
 
 /// R2.4: a running container whose hash (under the scheme it was created with) differs from
-/// the desired container's. An unknown scheme never counts as a change.
-pub fn container_changed(spec: &Container, running: &ObservedContainer) -> bool {
+/// the desired container's. An unknown scheme never counts as a change. A static pod's container
+/// whose env read labels or annotations that have changed since counts too (`metadata_env`).
+pub fn container_changed(pod: &Pod, spec: &Container, running: &ObservedContainer) -> bool {
     let scheme = running.annotations.get(HASH_SCHEME_ANNOTATION).map(String::as_str);
-    match container_hash_with(scheme, spec) {
+    let hash_changed = match container_hash_with(scheme, spec) {
         Some(want) => want != running.hash,
         None => false,
+    };
+    hash_changed || super::metadata_env::changed(pod, spec, running)
+}
+
+/// What changed, for the `Killing` text: upstream's "definition changed", or (a static pod's
+/// container whose env reads a label or annotation that changed) "environment from pod
+/// metadata changed".
+fn what_changed(pod: &Pod, spec: &Container, running: &ObservedContainer) -> &'static str {
+    let scheme = running.annotations.get(HASH_SCHEME_ANNOTATION).map(String::as_str);
+    let same_hash = container_hash_with(scheme, spec).is_none_or(|want| want == running.hash);
+    if same_hash && super::metadata_env::changed(pod, spec, running) {
+        "environment from pod metadata changed"
+    } else {
+        "definition changed"
     }
 }
 
@@ -261,9 +276,9 @@ fn plan_containers(
         let newest = observed.newest(&spec.name);
         match newest {
             Some(c) if c.state == ContainerState::Running => {
-                let (message, restart) = if container_changed(spec, c) && !held.contains(&spec.name) {
+                let (message, restart) = if container_changed(pod, spec, c) && !held.contains(&spec.name) {
                     // R2.4: a changed definition restarts regardless of restartPolicy.
-                    (format!("Container {} definition changed", spec.name), true)
+                    (format!("Container {} {}", spec.name, what_changed(pod, spec, c)), true)
                 } else if probes.liveness.get(&c.id) == Some(&ProbeResult::Failure) {
                     // KEP-5307: no exit code, so no rules: the container's own policy decides.
                     (
@@ -279,7 +294,7 @@ fn plan_containers(
                     keep += 1;
                     continue;
                 };
-                let reason = if message.ends_with("definition changed") {
+                let reason = if message.ends_with("changed") {
                     KillReason::SpecChanged
                 } else if message.ends_with("liveness probe") {
                     KillReason::LivenessProbe
@@ -433,11 +448,15 @@ fn plan_init_containers(
                     } else if !previously_initialized {
                         starts.push(i + 1);
                     }
-                    if container_changed(spec, status) && !held.contains(&spec.name) {
+                    if container_changed(pod, spec, status) && !held.contains(&spec.name) {
                         kill(
                             status,
                             KillReason::SpecChanged,
-                            format!("Init container {} definition changed, will be restarted", spec.name),
+                            format!(
+                                "Init container {} {}, will be restarted",
+                                spec.name,
+                                what_changed(pod, spec, status)
+                            ),
                         );
                         starts.push(i);
                     } else if spec.liveness_probe.is_some()

@@ -391,6 +391,13 @@ pub fn container_config_with_env(
     if let Some(f) = &rv.termination_file {
         annotations.insert(TERMINATION_FILE_ANNOTATION.into(), f.display().to_string());
     }
+    // A static pod's container remembers the labels and annotations its env read, so an edit of
+    // them restarts it in place (API pods: the kubelet never does; Kruise's daemon does).
+    if !crate::cluster::pods::is_api_source(&d.file.display().to_string()) {
+        if let Some(h) = super::metadata_env::hash(pod, c) {
+            annotations.insert(super::metadata_env::ANNOTATION.into(), h);
+        }
+    }
 
     let stop_signal = stop_signal(c)?;
     let psc = s.security_context.clone().unwrap_or_default();

@@ -14,7 +14,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::carry::{Carried, resized_only};
+use super::carry::{Carried, in_place_edit};
 use super::context::Shared;
 use super::worker::{Desire, run_worker};
 use crate::model::{DesiredPod, PodKey, keys};
@@ -195,8 +195,9 @@ impl Supervisor {
         }
     }
 
-    /// Static pods whose edit changes only cpu/memory resources (and images) keep their running
-    /// UID (KEP-1287, beyond upstream): the worker resizes them in place. Learns such edits of
+    /// Static pods whose edit changes only cpu/memory resources, labels or annotations (and
+    /// images) keep their running UID (beyond upstream): the worker resizes them, and restarts
+    /// the containers whose metadata env changed, in place. Learns such edits of
     /// running pods; the map forgets pods that are gone.
     fn carry_resized(&mut self, set: &ManifestSet) {
         for (key, d) in &set.pods {
@@ -205,11 +206,11 @@ impl Supervisor {
                 continue;
             }
             let resized = match &*r.tx.borrow() {
-                Desire::Run(cur) => resized_only(&cur.pod, &d.pod),
+                Desire::Run(cur) => in_place_edit(&cur.pod, &d.pod),
                 Desire::Terminate { .. } => false,
             };
             if resized {
-                info!(pod = %key, uid = %r.uid, "manifest changed only in cpu/memory: resizing the pod in place");
+                info!(pod = %key, uid = %r.uid, "manifest changed only in what changes in place (cpu/memory, labels, annotations): keeping the pod");
                 self.carried.insert(&d.uid, &r.uid);
             }
         }
@@ -240,8 +241,8 @@ impl Supervisor {
             }
             let pod: Option<Pod> =
                 sb.annotations.get(keys::POD_SPEC).and_then(|j| serde_json::from_str(j).ok());
-            if pod.is_some_and(|p| resized_only(&p, &d.pod)) {
-                info!(pod = %key, uid = %uid, "manifest differs from the running pod only in cpu/memory: keeping its UID");
+            if pod.is_some_and(|p| in_place_edit(&p, &d.pod)) {
+                info!(pod = %key, uid = %uid, "manifest differs from the running pod only in what changes in place: keeping its UID");
                 self.carried.insert(&d.uid, uid);
             }
         }

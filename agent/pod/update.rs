@@ -125,7 +125,7 @@ pub fn changed_containers(pod: &Pod, observed: &ObservedPod) -> BTreeMap<String,
         .into_iter()
         .filter_map(|c| {
             let o = observed.newest(&c.name)?;
-            (o.state == ContainerState::Running && container_changed(c, o))
+            (o.state == ContainerState::Running && container_changed(pod, c, o))
                 .then(|| (c.name.clone(), c.image.clone().unwrap_or_default()))
         })
         .collect()
@@ -156,7 +156,7 @@ pub fn held(
         .all(|c| {
             observed.newest(&c.name).is_some_and(|o| {
                 o.state == ContainerState::Running
-                    && !container_changed(c, o)
+                    && !container_changed(pod, c, o)
                     && (c.startup_probe.is_none() || probes.startup.get(&o.id) == Some(&ProbeResult::Success))
             })
         });
@@ -191,7 +191,7 @@ pub fn finished(
         let started = spec.startup_probe.is_none() || p.started == Some(true);
         let ready = spec.readiness_probe.is_none() || p.ready == Some(true);
         o.state == ContainerState::Running
-            && !container_changed(spec, o)
+            && !container_changed(pod, spec, o)
             && runs_image(o, img)
             && started
             && ready

@@ -12,7 +12,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::Findings;
 use super::limits::quoted;
-use super::names::{dns1123_label, env_var_name, http_header_name, iana_svc_name};
+use super::names::{dns1123_label, env_var_name, http_header_name, iana_svc_name, qualified_name};
 use super::validate::{check, id_range, one_of, quantity};
 use super::validate_stop_signal::stop_signal;
 
@@ -277,11 +277,19 @@ fn env_var(env: &EnvVar, path: &str, f: &mut Findings) {
         Some(field_ref) => {
             let api = field_ref.api_version.as_deref();
             one_of(f, &format!("{path}.valueFrom.fieldRef.apiVersion"), api, &["v1"]);
-            if !SUPPORTED_FIELD_PATHS.contains(&field_ref.field_path.as_str()) {
+            let field = field_ref.field_path.as_str();
+            // One label or annotation (`metadata.labels['k']`), as the API server allows for env.
+            let key = ["metadata.labels", "metadata.annotations"]
+                .iter()
+                .find_map(|base| field.strip_prefix(base)?.strip_prefix("['")?.strip_suffix("']"));
+            if let Some(key) = key {
+                check(f, &format!("{path}.valueFrom.fieldRef.fieldPath"), qualified_name(key));
+            } else if !SUPPORTED_FIELD_PATHS.contains(&field) {
                 f.error(
                     format!("{path}.valueFrom.fieldRef.fieldPath"),
                     format!(
-                        "{} is not supported by crilet (supported: {})",
+                        "{} is not supported by crilet (supported: {}, metadata.labels['<key>'], \
+                         metadata.annotations['<key>'])",
                         quoted(&field_ref.field_path),
                         SUPPORTED_FIELD_PATHS.join(", ")
                     ),

@@ -276,7 +276,7 @@ fn env_and_mount_cases() {
                 set(
                     v,
                     "/spec/containers/0/env",
-                    json!([{"name": "L", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['app']"}}}]),
+                    json!([{"name": "L", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels"}}}]),
                 )
             },
             "spec.containers[0].env[0].valueFrom.fieldRef.fieldPath",
