@@ -402,33 +402,28 @@ pub fn memory_quantity(bytes: i64) -> Quantity {
     Quantity(format!("{v}{suffix}"))
 }
 
-/// `containerStatuses[].allocatedResources` of a container: its allocated requests.
-pub fn allocated_resources(alloc: &ResourceRequirements) -> Option<BTreeMap<String, Quantity>> {
-    alloc.requests.clone().filter(|r| !r.is_empty())
-}
-
 /// `containerStatuses[].resources` of a running container (`convertContainerStatusResources`):
-/// the allocation, with the cpu limit, cpu request and memory limit the runtime reports
-/// replacing the allocated ones.
-pub fn status_resources(alloc: &ResourceRequirements, actual: Option<Amounts>) -> ResourceRequirements {
-    let mut limits = alloc.limits.clone();
-    let mut requests = alloc.requests.clone();
-    if let Some(a) = actual {
-        if let Some(l) = limits.as_mut() {
-            if a.cpu_limit > 0 && l.contains_key("cpu") {
-                l.insert("cpu".into(), cpu_quantity(a.cpu_limit));
-            }
-            if a.memory_limit > 0 && l.contains_key("memory") {
-                l.insert("memory".into(), memory_quantity(a.memory_limit));
-            }
+/// its allocated resources, with the cpu limit, cpu request and memory limit the runtime
+/// reports in their place; a cpu value both sides have at or below the kernel's floor keeps the
+/// allocated spelling (so `2m` stays `2m`, not the `10m` of the minimum quota).
+pub fn status_resources(allocated: &ResourceRequirements, actual: Option<Amounts>) -> ResourceRequirements {
+    let mut r = allocated.clone();
+    let Some(a) = actual else { return r };
+    let want = Amounts::of(Some(allocated));
+    if let Some(l) = r.limits.as_mut() {
+        if a.cpu_limit > 0 && (a.cpu_limit > MIN_MILLI_CPU_LIMIT || want.cpu_limit > MIN_MILLI_CPU_LIMIT) {
+            l.insert("cpu".into(), cpu_quantity(a.cpu_limit));
         }
-        if let Some(r) = requests.as_mut() {
-            if a.cpu_request > 0 && r.contains_key("cpu") {
-                r.insert("cpu".into(), cpu_quantity(a.cpu_request));
-            }
+        if a.memory_limit > 0 {
+            l.insert("memory".into(), memory_quantity(a.memory_limit));
         }
     }
-    ResourceRequirements { limits, requests, ..Default::default() }
+    if let Some(q) = r.requests.as_mut() {
+        if a.cpu_request > 0 && (a.cpu_request > MIN_SHARES || want.cpu_request > MIN_SHARES) {
+            q.insert("cpu".into(), cpu_quantity(a.cpu_request));
+        }
+    }
+    r
 }
 
 /// The event text upstream writes (`Pod resize started: {…}`): the resized containers'

@@ -217,3 +217,41 @@ fn quantities_print_as_the_kubelet_prints_them() {
         assert_eq!(memory_quantity(bytes).0, want);
     }
 }
+
+#[test]
+fn status_resources_are_the_runtimes_values_over_the_allocation() {
+    let req = |yaml: &str| -> ResourceRequirements {
+        serde_json::from_value(serde_yaml_ng::from_str::<serde_json::Value>(yaml).expect("yaml"))
+            .expect("resources")
+    };
+    // (what, allocated, runtime, status)
+    let cases = [
+        (
+            "the runtime's values replace cpu and memory",
+            "{requests: {cpu: 100m, memory: 32Mi, ephemeral-storage: 1Gi}, limits: {cpu: 200m, memory: 64Mi}}",
+            Some(amounts(100, 300, 96 * MI)),
+            "{requests: {cpu: 100m, memory: 32Mi, ephemeral-storage: 1Gi}, limits: {cpu: 300m, memory: 96Mi}}",
+        ),
+        (
+            "equivalents under the floors keep the allocated spelling",
+            "{requests: {cpu: 1m}, limits: {cpu: 5m}}",
+            Some(amounts(2, 10, 0)),
+            "{requests: {cpu: 1m}, limits: {cpu: 5m}}",
+        ),
+        ("nothing reported: the allocation", "{requests: {cpu: 100m}}", None, "{requests: {cpu: 100m}}"),
+        (
+            "no requests: none added",
+            "{limits: {memory: 64Mi}}",
+            Some(amounts(2, 0, 64 * MI)),
+            "{limits: {memory: 64Mi}}",
+        ),
+    ];
+    for (what, allocated, runtime, want) in cases {
+        let got = status_resources(&req(allocated), runtime);
+        assert_eq!(
+            serde_json::to_value(&got).expect("json"),
+            serde_json::to_value(req(want)).expect("json"),
+            "{what}"
+        );
+    }
+}

@@ -335,26 +335,35 @@ impl Worker {
         out
     }
 
-    /// `resources` and `allocatedResources` of each container status.
+    /// `resources` and `allocatedResources` of each container status with a runtime instance,
+    /// as upstream reports them: the allocated requests, and the allocated resources with what
+    /// the runtime applied in place of cpu/memory while the instance runs.
     pub(super) fn resize_status(&self, statuses: &mut [ContainerStatus], observed: &ObservedPod) {
         let Some(alloc) = self.resize.alloc.as_ref() else { return };
         let running = alloc.apply(&self.desired.pod);
+        let Some(spec) = running.spec.as_ref() else { return };
         let parent = cgroup_parent(&running, &self.desired.uid);
         for st in statuses.iter_mut() {
-            let Some(a) = alloc.containers.get(&st.name) else { continue };
-            st.allocated_resources = resize::allocated_resources(a);
-            let live = st.state.as_ref().is_some_and(|s| s.running.is_some());
-            let instance = observed.newest(&st.name).filter(|o| o.state == ContainerState::Running);
-            st.resources = match instance.filter(|_| live) {
-                Some(o) => {
-                    let actual = match &o.resources {
-                        Some(l) => Some(Amounts::from_runtime(l)),
-                        None => pod_cgroup::read_container(&parent, &o.id),
-                    };
-                    Some(resize::status_resources(a, actual))
-                }
-                None => None,
+            let Some(c) = spec
+                .containers
+                .iter()
+                .chain(spec.init_containers.iter().flatten())
+                .find(|c| c.name == st.name)
+            else {
+                continue;
             };
+            let Some(instance) = observed.newest(&st.name) else { continue };
+            let allocated = c.resources.clone().unwrap_or_default();
+            st.allocated_resources = allocated.requests.clone().filter(|r| !r.is_empty());
+            let live = instance.state == ContainerState::Running
+                && st.state.as_ref().is_some_and(|s| s.running.is_some());
+            let actual = live
+                .then(|| match &instance.resources {
+                    Some(l) => Some(Amounts::from_runtime(l)),
+                    None => pod_cgroup::read_container(&parent, &instance.id),
+                })
+                .flatten();
+            st.resources = Some(if live { resize::status_resources(&allocated, actual) } else { allocated });
         }
     }
 }
