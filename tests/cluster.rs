@@ -374,6 +374,31 @@ async fn static_pods_get_mirror_pods_that_come_back_when_deleted() {
     assert_eq!(api_cstatus(&again, "web").unwrap()["containerID"], id, "the static pod was not restarted");
     assert_eq!(api_cstatus(&again, "web").unwrap()["restartCount"], 0);
 
+    // A label edit keeps the static pod (in place): the mirror pod follows the new manifest
+    // and still gets the status of the same running container.
+    let mirror_uid = again["metadata"]["uid"].clone();
+    node.agent.write_manifest(
+        "static.yaml",
+        &manifest.replace("name: static-web,", "name: static-web, labels: {tier: web},"),
+    );
+    let relabelled = node
+        .wait_pod(
+            "static-web",
+            "the mirror pod of the relabelled static pod, with its status",
+            Duration::from_secs(60),
+            |p| {
+                p["metadata"]["uid"] != mirror_uid
+                    && p["metadata"]["labels"]["tier"] == "web"
+                    && api_cstatus(p, "web").is_some()
+            },
+        )
+        .await;
+    assert_eq!(
+        api_cstatus(&relabelled, "web").unwrap()["containerID"],
+        id,
+        "the static pod was not restarted"
+    );
+
     // The manifest goes: so does the mirror pod.
     node.agent.remove_manifest("static.yaml");
     wait_for("the mirror pod to be deleted", Duration::from_secs(60), || async {

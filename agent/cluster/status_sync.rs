@@ -135,7 +135,18 @@ pub async fn run(
                 (in_api.metadata.uid.as_deref() == Some(uid.as_str())).then(|| uid.clone())
             } else {
                 let hash = in_api.metadata.annotations.as_ref().and_then(|a| a.get(super::mirror::MIRROR));
-                (hash == Some(&uid)).then(|| in_api.metadata.uid.clone()).flatten()
+                // The mirror carries the manifest's content UID; a static pod resized or relabelled
+                // in place runs on under the UID it had (`pod::carry`), and keeps the content UID
+                // as its config hash.
+                let config_hash = record
+                    .pod
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(crate::model::keys::CONFIG_HASH));
+                (hash == Some(&uid) || (hash.is_some() && hash == config_hash))
+                    .then(|| in_api.metadata.uid.clone())
+                    .flatten()
             };
             if let Some(target) = target {
                 // An API pod's status is about the spec crilet runs; a mirror pod's, itself.
