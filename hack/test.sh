@@ -11,7 +11,7 @@
 #   containerd 2.3 (built from its Go module, beside the 2.1 environment: the first containerd
 #       that honours CRI stop signals): the stop-signal test, then critest on it; a short leg;
 #   containerd 1.6 (bookworm's, relist): the lifecycle, probe, status, termination,
-#       runtime-restart, runtime-fault, restart-rule and resize tests.
+#       runtime-restart, runtime-fault, restart-rule, resize and in-place update tests.
 # ARGS go to the test binaries of every leg, e.g. `hack/test.sh e2e_sidecar` runs only tests
 # whose name contains e2e_sidecar (and skips critest). CRILET_TEST_LEGS="2.1" (or "2.3", "1.6")
 # runs one leg (2.3 sets up the 2.1 environment first if none runs). The run always ends with hack/teardown.sh (not --all: images stay for the next
@@ -30,7 +30,8 @@ LEGS="${CRILET_TEST_LEGS:-2.1 2.3 1.6}"
 export CRILET_CHAOS_SEED="${CRILET_CHAOS_SEED:-392422939885647967}"
 # The tests that must pass on the relist leg too.
 RELIST_TESTS=(--test lifecycle --test probes --test status --test termination --test runtime_restart
-    --test runtime_faults --test log_rotation --test metrics --test restart_rules --test resize)
+    --test runtime_faults --test log_rotation --test metrics --test restart_rules --test resize
+    --test inplace)
 
 cleanup() {
     local status=$?
