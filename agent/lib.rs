@@ -16,6 +16,7 @@ pub mod pleg;
 pub mod pod;
 pub mod ports;
 pub mod probe;
+pub mod profile;
 pub mod registry;
 pub mod source;
 pub mod status;

@@ -474,6 +474,7 @@ async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
     sup.run(manifests).await;
     let _ = pleg_task.await;
     let _ = api_task.await;
+    crilet::profile::write();
     Ok(())
 }
 
@@ -505,14 +506,22 @@ async fn preflight(args: RunArgs) -> i32 {
 
 #[tokio::main]
 async fn main() {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,h2=warn,tower=warn,hyper=warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    {
+        use tracing_subscriber::prelude::*;
+        let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+            .unwrap_or_else(|_| "info,h2=warn,tower=warn,hyper=warn".into());
+        let log = tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .with_filter(filter);
+        // CRILET_PROFILE=FILE: the span-level profile (the agent's own spans only, never events).
+        let profile = crilet::profile::layer().map(|l| {
+            l.with_filter(tracing_subscriber::filter::filter_fn(|m| {
+                m.is_span() && m.target().starts_with("crilet")
+            }))
+        });
+        tracing_subscriber::registry().with(log).with(profile).init();
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(args) => run_agent(args).await,

@@ -99,7 +99,13 @@ impl CriClient {
         F: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
         let started = std::time::Instant::now();
-        let result = match tokio::time::timeout(timeout + Duration::from_secs(1), fut).await {
+        let span = tracing::trace_span!("cri", op);
+        let result = match tracing::Instrument::instrument(
+            tokio::time::timeout(timeout + Duration::from_secs(1), fut),
+            span,
+        )
+        .await
+        {
             Err(_) => Err(CriError::DeadlineExceeded { op, target: target.to_string(), timeout }),
             Ok(Err(status)) if status.code() == tonic::Code::DeadlineExceeded => {
                 Err(CriError::DeadlineExceeded { op, target: target.to_string(), timeout })

@@ -218,7 +218,9 @@ pub async fn ensure_image(
             Some(vm) => vm.pull_credentials(&d.pod, &image).await,
             None => Vec::new(),
         };
-        let _serial = ctx.pull_lock.lock().await;
+        let _serial =
+            tracing::Instrument::instrument(ctx.pull_lock.lock(), tracing::trace_span!("wait_pull_lock"))
+                .await;
         pull_with_credentials(ctx, &image, sandbox_config, credentials).await
     };
     crate::metrics::get().image_pulled(&d.uid, started);

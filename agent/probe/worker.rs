@@ -94,7 +94,8 @@ impl ProbeTask {
             let attempts = async {
                 let mut attempt = Attempt::Error(String::new());
                 for _ in 0..MAX_TRIES {
-                    attempt = run(p, &target).await;
+                    attempt =
+                        tracing::Instrument::instrument(run(p, &target), tracing::trace_span!("probe")).await;
                     if !matches!(attempt, Attempt::Error(_)) {
                         break;
                     }

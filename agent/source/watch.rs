@@ -117,6 +117,7 @@ async fn scan(parser: &Parser, dir: &Path, previous: ManifestSet, cancel: &Cance
     let (tx, rx) = tokio::sync::oneshot::channel();
     let (parser, dir) = (parser.clone(), dir.to_path_buf());
     let spawned = std::thread::Builder::new().name("manifest-scan".into()).spawn(move || {
+        let _span = tracing::trace_span!("manifest_scan").entered();
         let _ = tx.send(load_dir_with(&parser, &dir, &previous, SCAN_WAIT));
     });
     if let Err(e) = spawned {

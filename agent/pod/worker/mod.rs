@@ -193,11 +193,19 @@ pub async fn run_worker(
                 }
             }
             let deadline = next.unwrap_or_else(|| tokio::time::Instant::now() + RESYNC);
-            tokio::select! {
-                _ = cancel.cancelled() => return,
-                r = desire.changed() => if r.is_err() { return },
-                _ = wake.notified() => {}
-                _ = tokio::time::sleep_until(deadline) => {}
+            // The profile's `wait`: the time between syncs (for a wake: an event, the relist, a
+            // probe result, a back-off's end).
+            let wait = tracing::trace_span!("wait");
+            let woke = async {
+                tokio::select! {
+                    _ = cancel.cancelled() => false,
+                    r = desire.changed() => r.is_ok(),
+                    _ = wake.notified() => true,
+                    _ = tokio::time::sleep_until(deadline) => true,
+                }
+            };
+            if !woke.instrument(wait).await {
+                return;
             }
         }
     }
@@ -220,7 +228,7 @@ impl Worker {
     /// waits: `get pods`, `logs --previous` and conditions show what the agent just did.
     async fn sync(&mut self) -> Result<Option<i64>, crate::cri::CriError> {
         self.acted = false;
-        let result = self.sync_once().await;
+        let result = self.sync_once().instrument(tracing::trace_span!("sync")).await;
         self.live = None;
         if self.acted {
             self.observe_and_publish(false).await;
@@ -373,10 +381,14 @@ impl Worker {
         }
 
         let (sandbox_id, pod_ips, attempt) = match the_plan.create_sandbox {
-            Some(attempt) => match create_sandbox(&ctx, &self.desired, attempt).await {
+            Some(attempt) => match create_sandbox(&ctx, &self.desired, attempt)
+                .instrument(tracing::trace_span!("create_sandbox"))
+                .await
+            {
                 Ok((id, ips)) => {
                     // The pod cgroup's values, before any container starts (the kubelet's pod
                     // container manager); the runtime made the cgroup with the sandbox.
+                    let _span = tracing::trace_span!("pod_cgroup").entered();
                     let parent = crate::pod::spec::cgroup_parent(&pod, &self.desired.uid);
                     if let Err(e) =
                         crate::pod::pod_cgroup::write_config(&parent, &crate::pod::resize::pod_cgroup(&pod))

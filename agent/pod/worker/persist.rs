@@ -20,6 +20,7 @@ impl Worker {
         if self.saved_status.as_deref() == Some(json.as_slice()) {
             return;
         }
+        let _span = tracing::trace_span!("save_status").entered();
         let path = status_path(&self.ctx, &self.desired.uid);
         let tmp = path.with_extension("tmp");
         match std::fs::write(&tmp, &json).and_then(|_| std::fs::rename(&tmp, &path)) {

@@ -10,6 +10,7 @@ impl Worker {
         terminating: bool,
         probe_states: &BTreeMap<String, ProbeState>,
     ) {
+        let _span = tracing::trace_span!("publish").entered();
         let ctx = &self.ctx;
         let external = ctx.registry.external_conditions(&self.desired.key);
         if self.saved_conditions.as_deref().unwrap_or_default() != external.as_slice() {

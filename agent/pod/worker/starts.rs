@@ -55,7 +55,8 @@ impl Worker {
             sandbox_config: sb_config,
             pulled_image,
         };
-        match start_container(&self.ctx, &req).await {
+        let span = tracing::trace_span!("start_container", kind = kind.as_str());
+        match start_container(&self.ctx, &req).instrument(span).await {
             Ok(id) => {
                 self.start_errors.remove(&spec.name);
                 self.publish_started(&id, sandbox_id).await;
