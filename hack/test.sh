@@ -85,6 +85,9 @@ for runtime in $LEGS; do
             # own node); a cold machine builds it once (cached under /var/lib/crilet-dev/kruise).
             step "OpenKruise (hack/kruise.sh)" bash "$HACK_DIR/kruise.sh"
             step "tests on containerd 2.1 (events)" cargo test --workspace --no-fail-fast -- --test-threads=2 "$@"
+            # The benchmarks are no test, but they must build (dev profile: the test build's
+            # artifacts, no release build).
+            step "benchmarks build" cargo build --benches --profile dev
             if [ "$#" -eq 0 ]; then
                 step "critest on containerd 2.1" bash "$HACK_DIR/critest.sh" --runtime 2.1
             fi

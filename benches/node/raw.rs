@@ -103,6 +103,7 @@ pub async fn start_pod(cri: &CriClient, node: &NodeConfig, d: &DesiredPod) -> (S
             image_ref,
             restart_count: 0,
             termination_file: Some(tfile),
+            ..Default::default()
         };
         let cfg = container_config(node, d, c, kind, &rv, mounts).expect("container config");
         let id = cri.create_container(&sb, cfg, sb_cfg.clone()).await.expect("CreateContainer");
