@@ -242,8 +242,7 @@ impl Worker {
         let observed = ctx.cri.observe(&self.desired.uid).await?;
         self.read_termination_messages(&observed);
         // The pod as it runs: its spec with the allocated resources (KEP-1287).
-        let (running, resize_requeue) = self.resize_admit();
-        let pod = Arc::new(running);
+        let (pod, resize_requeue) = self.resize_admit();
         self.probes.reconcile(&pod, &observed, false);
         let (probe_results, probe_states) = self.probes.view();
         let (held, update_requeue) = self.step_update(&observed, &probe_results, &probe_states).await;

@@ -30,14 +30,26 @@ pub(super) struct ResizeState {
     progress: Option<(jiff::Timestamp, Option<String>)>,
     /// The allocation is saved under the pod's dir (which exists once the sandbox does).
     saved: bool,
+    /// The pod as it runs, for the spec (by pointer) it was made from: a sync whose spec has
+    /// not changed (nearly all of them) neither decides nor copies anything.
+    running: Option<(Arc<Pod>, Arc<Pod>)>,
+    /// Whether the node's requests were last registered for a finished pod.
+    finished: Option<bool>,
 }
 
 impl Worker {
     /// The pod as it runs: the spec with the allocation applied. A spec that asks for other
     /// resources than allocated is decided first (accepted, deferred or infeasible). Returns it
     /// with when to come back (a deferred resize is retried).
-    pub(super) fn resize_admit(&mut self) -> (Pod, Option<i64>) {
+    pub(super) fn resize_admit(&mut self) -> (Arc<Pod>, Option<i64>) {
         let spec = self.desired.pod.clone();
+        let retrying = self.resize.pending.as_ref().is_some_and(|(r, _, _)| r == REASON_DEFERRED);
+        if let Some((from, running)) = self.resize.running.clone() {
+            if Arc::ptr_eq(&from, &spec) && !retrying && self.resize.saved {
+                self.register_requests(&running, false);
+                return (running, None);
+            }
+        }
         let alloc = match self.resize.alloc.take() {
             Some(a) => a,
             None => match std::fs::read(allocation_path(&self.ctx, &self.desired.uid))
@@ -85,14 +97,27 @@ impl Worker {
         if !self.resize.saved {
             self.resize.saved = self.save_allocation(&alloc);
         }
-        let running = alloc.apply(&spec);
-        // A pod that has finished holds nothing of the node any more.
-        let phase = self.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("");
-        let requests =
-            (!crate::status::is_terminal(phase)).then(|| crate::cluster::admit::requests(&running));
-        self.ctx.set_requests(&self.desired.uid, requests);
+        // Nearly always the spec is what is allocated: then it is the running pod itself, and
+        // only a pod under a resize holds a copy of its own.
+        let running =
+            if alloc.changed(&spec).is_empty() { spec.clone() } else { Arc::new(alloc.apply(&spec)) };
+        self.register_requests(&running, true);
         self.resize.alloc = Some(alloc);
+        self.resize.running = Some((spec, running.clone()));
         (running, requeue)
+    }
+
+    /// Tells the node what the pod holds (its requests at the allocation; nothing once it has
+    /// finished), when that may have changed.
+    fn register_requests(&mut self, running: &Pod, changed: bool) {
+        let phase = self.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("");
+        let finished = crate::status::is_terminal(phase);
+        if !changed && self.resize.finished == Some(finished) {
+            return;
+        }
+        self.resize.finished = Some(finished);
+        let requests = (!finished).then(|| crate::cluster::admit::requests(running));
+        self.ctx.set_requests(&self.desired.uid, requests);
     }
 
     fn set_pending(&mut self, reason: &str, message: String, event: &str) {
@@ -339,8 +364,10 @@ impl Worker {
     /// as upstream reports them: the allocated requests, and the allocated resources with what
     /// the runtime applied in place of cpu/memory while the instance runs.
     pub(super) fn resize_status(&self, statuses: &mut [ContainerStatus], observed: &ObservedPod) {
-        let Some(alloc) = self.resize.alloc.as_ref() else { return };
-        let running = alloc.apply(&self.desired.pod);
+        let running = match &self.resize.running {
+            Some((_, running)) => running.clone(),
+            None => return,
+        };
         let Some(spec) = running.spec.as_ref() else { return };
         let parent = cgroup_parent(&running, &self.desired.uid);
         for st in statuses.iter_mut() {
