@@ -564,6 +564,19 @@ async fn container_recreate_request_restarts_the_container() {
     let before = k.ready_pods("app=web", 1, Duration::from_secs(120)).await;
     let (name, p) = before.iter().next().map(|(n, p)| (n.clone(), p.clone())).unwrap();
     let sandbox = k.sandbox_of(&uid(&p)).await;
+    // Kruise's webhook fills the CRR's statusContext (the container to recreate) from its cache
+    // of the pod, and kruise-daemon takes a container ID other than that one as "already
+    // recreated" and completes the CRR without touching anything. So the CRR goes in only once
+    // Kruise has seen the running web container: kruise-daemon has reported it on the pod.
+    let old_web = cid(&p, "web");
+    wait_for("kruise-daemon to report the running web container", Duration::from_secs(60), || async {
+        let pods = k.pods("app=web");
+        let meta = pods.get(&name)?["metadata"]["annotations"]["apps.kruise.io/runtime-containers-meta"]
+            .as_str()
+            .map(str::to_string)?;
+        meta.contains(&old_web).then_some(())
+    })
+    .await;
     k.apply(&format!(
         r#"
 apiVersion: apps.kruise.io/v1alpha1
@@ -588,13 +601,25 @@ spec:
     println!("CRR completed in {:.1} s", t0.elapsed().as_secs_f64());
     // The CRR completes on what kruise-daemon reads from CRI; the pod's status in the API
     // follows on crilet's next write, so wait for it to show the new container.
-    let old_web = cid(&p, "web");
-    let q = wait_for("the pod's status to show web recreated and Ready", Duration::from_secs(30), || async {
-        let pods = k.pods("app=web");
-        let q = pods.get(&name)?;
-        (cid(q, "web") != old_web && api_condition(q, "Ready") == Some("True")).then(|| q.clone())
-    })
-    .await;
+    let recreated = async {
+        loop {
+            let pods = k.pods("app=web");
+            if let Some(q) = pods.get(&name) {
+                if cid(q, "web") != old_web && api_condition(q, "Ready") == Some("True") {
+                    return q.clone();
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    };
+    let Ok(q) = tokio::time::timeout(Duration::from_secs(30), recreated).await else {
+        panic!(
+            "timed out after 30s waiting for the pod's status to show web recreated and Ready \
+             (was {old_web})\nCRR: {}\npod status: {}",
+            crr["spec"],
+            k.pods("app=web").get(&name).map(|q| q["status"].to_string()).unwrap_or_default()
+        );
+    };
     let q = &q;
     assert_eq!(uid(q), uid(&p));
     assert_eq!(k.sandbox_of(&uid(q)).await, sandbox, "same sandbox");
