@@ -43,7 +43,8 @@ fn hash_v1(name: &str, image: &str) -> String {
     format!("{:x}", fnv1a32(dump.as_bytes()))
 }
 
-fn fnv1a32(data: &[u8]) -> u32 {
+/// FNV-1a 32 (also Kruise's metadata env hash, `metadata_env`).
+pub(crate) fn fnv1a32(data: &[u8]) -> u32 {
     data.iter().fold(0x811c_9dc5u32, |h, b| (h ^ u32::from(*b)).wrapping_mul(0x0100_0193))
 }
 

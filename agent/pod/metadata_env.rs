@@ -48,8 +48,7 @@ pub fn hash(pod: &Pod, c: &Container) -> Option<String> {
     let list: Vec<serde_json::Value> =
         env.into_iter().map(|(name, value)| serde_json::json!({"name": name, "value": value})).collect();
     let json = serde_json::Value::Array(list).to_string();
-    let h = json.bytes().fold(0x811c_9dc5u32, |h, b| (h ^ u32::from(b)).wrapping_mul(0x0100_0193));
-    Some(h.to_string())
+    Some(super::hash::fnv1a32(json.as_bytes()).to_string())
 }
 
 /// Was `running` created with other label or annotation values than `pod` has now?

@@ -36,9 +36,6 @@ pub const CPU_PERIOD: i64 = 100_000;
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Allocation {
     pub containers: BTreeMap<String, ResourceRequirements>,
-    /// The pod generation the allocation was accepted at (API pods), for the conditions.
-    #[serde(default)]
-    pub generation: Option<i64>,
 }
 
 impl Allocation {
@@ -47,7 +44,7 @@ impl Allocation {
         let containers = all_containers(pod)
             .map(|c| (c.name.clone(), c.resources.clone().map(cpu_memory).unwrap_or_default()))
             .collect();
-        Allocation { containers, generation: pod.metadata.generation }
+        Allocation { containers }
     }
 
     /// The pod as it runs: `pod` with every allocated container's cpu and memory swapped in.

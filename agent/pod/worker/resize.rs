@@ -75,8 +75,7 @@ impl Worker {
                 alloc
             }
             Decision::Accept => {
-                let mut a = Allocation::of(&spec);
-                a.generation = spec.metadata.generation;
+                let a = Allocation::of(&spec);
                 self.resize.saved = false;
                 self.resize.pending = None;
                 self.resize.progress = Some((jiff::Timestamp::now(), None));
