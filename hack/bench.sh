@@ -248,7 +248,7 @@ fi
     echo "- Runtimes: $RUNTIME_21 (events)${RUNTIME_16:+; $RUNTIME_16 (relist, restart-relist only)}"
     echo "- crilet: $(sed -n 's/^version = "\(.*\)"/\1/p' "$REPO_ROOT/Cargo.toml" | head -1), commit $commit, release build"
     if [ -s "$WORK/node.json" ]; then
-        echo "- Pod starts observed by $(jq -r .observed_by "$WORK/node.json")"
+        echo "- Pods seen running (only through CRI), $(jq -r .observed_by "$WORK/node.json")"
     fi
     echo "- Scenarios run: ${wanted[*]}"
     if [ "${#failed[@]}" -gt 0 ]; then

@@ -208,7 +208,7 @@ fn report(k: &Side, c: &Side, rounds: usize, pods: usize, window: u64) -> Scenar
              API requests: the agent's own requests (user system:node:NAME) in the API server's audit log from \
              the create to all Ready, divided by {pods}. CPU: utime+stime of the agent process. Then 5 s later \
              a {window} s window with the pods running and nothing polling: max VmRSS, CPU (% of one core) and \
-             requests per minute. Values: median / p90 of all samples (per-pod rows) or of one sample per \
+             requests per minute. Values: median / p95 of all samples (per-pod rows) or of one sample per \
              round (Deployment rows)."
         ),
         rows,

@@ -357,7 +357,7 @@ fn report(k: &Side, c: &Side, rounds: usize, delay_ms: u64) -> Scenario {
              replica updated and ready. \"time a container did not serve\": per container, direct GETs to its pod IP \
              every 20 ms; a gap runs from the last answer before failures to the first answer after. \"failed \
              requests\": a client that follows the Service's EndpointSlices (ready endpoints only, round-robin, about \
-             50 requests/s) counts the requests that failed during the rollout. Values: median / p90 of all samples."
+             50 requests/s) counts the requests that failed during the rollout. Values: median / p95 of all samples."
         ),
         rows,
         notes: vec![],

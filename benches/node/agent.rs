@@ -100,10 +100,39 @@ impl Agent {
     /// Writes a manifest the way careful tools do: a dotfile (not a manifest) in the same
     /// directory, then renamed into place, so the agent never reads half a file.
     pub fn write(&self, name: &str, text: &str) {
+        self.stage(name, text);
+        self.place(name);
+    }
+
+    /// The first half of [`Agent::write`]: the dotfile, which the agent ignores.
+    pub fn stage(&self, name: &str, text: &str) {
         let tmp = self.manifests.join(format!(".{name}.tmp"));
         std::fs::write(&tmp, text).expect("write manifest");
         std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o644)).expect("chmod manifest");
+    }
+
+    /// The second half: the staged dotfile renamed into place.
+    pub fn place(&self, name: &str) {
+        let tmp = self.manifests.join(format!(".{name}.tmp"));
         std::fs::rename(&tmp, self.manifests.join(format!("{name}.yaml"))).expect("rename manifest");
+    }
+
+    /// Stages every manifest first, then renames them all into place at once (as a
+    /// deployment tool swapping a directory's contents does); returns the time just before
+    /// the first rename.
+    pub fn write_all<'a>(&self, pods: impl IntoIterator<Item = (&'a str, String)>) -> Instant {
+        let names: Vec<&str> = pods
+            .into_iter()
+            .map(|(n, text)| {
+                self.stage(n, &text);
+                n
+            })
+            .collect();
+        let t0 = Instant::now();
+        for n in names {
+            self.place(n);
+        }
+        t0
     }
 
     pub fn remove(&self, name: &str) {

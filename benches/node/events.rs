@@ -212,7 +212,7 @@ impl Events {
             );
             return got.into_iter().map(|(k, s)| (k, s.at)).collect();
         }
-        poll_started(cri, namespace, want, deadline).await
+        poll_started(cri, namespace, want, deadline, LIST_POLL).await
     }
 
     /// The stop events of one pod after `mark`: its containers `names` and its sandbox (key
@@ -235,13 +235,15 @@ impl Events {
     }
 }
 
-/// The fallback: `ListContainers` (label-selected by namespace) every 5 ms; the first list that
-/// shows a container running is its time.
-async fn poll_started(
+/// The fallback, and the outside-in observation of bursts: the running containers
+/// (`ListContainers`, state running) every `period`; the first list that shows a container of
+/// `namespace` running is its time.
+pub async fn poll_started(
     cri: &CriClient,
     namespace: &str,
     want: HashSet<Key>,
     deadline: Instant,
+    period: Duration,
 ) -> HashMap<Key, Instant> {
     let mut got = HashMap::new();
     while got.len() < want.len() {
@@ -251,9 +253,9 @@ async fn poll_started(
             want.len() - got.len(),
             want.len()
         );
-        if let Ok((_, cs)) = cri.list_all(Some((keys::POD_NAMESPACE, namespace))).await {
+        if let Ok(cs) = cri.running_containers().await {
             let at = Instant::now();
-            for c in cs.iter().filter(|c| c.state == api::ContainerState::ContainerRunning as i32) {
+            for c in cs.iter().filter(|c| c.labels.get(keys::POD_NAMESPACE).is_some_and(|n| n == namespace)) {
                 let key = (
                     c.labels.get(keys::POD_NAME).cloned().unwrap_or_default(),
                     c.labels.get(keys::CONTAINER_NAME).cloned().unwrap_or_default(),
@@ -263,7 +265,7 @@ async fn poll_started(
                 }
             }
         }
-        tokio::time::sleep(LIST_POLL).await;
+        tokio::time::sleep(period).await;
     }
     got
 }

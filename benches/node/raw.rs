@@ -1,13 +1,15 @@
-//! The baseline: a pod started with bare CRI calls, the calls crilet makes for it and with the
-//! same configs (built by crilet's own `sandbox_config`/`container_config`), and nothing else: no
-//! manifest, no status, no waiting for an observation between containers.
+//! The baseline: a pod started with the least CRI a pod start takes, `RunPodSandbox` (cgroup
+//! parent and log directory set) → `CreateContainer` → `StartContainer` per container, with the
+//! configs crilet would send (built by crilet's own `sandbox_config`/`container_config`), and
+//! nothing else: no manifest, no status, no `PodSandboxStatus` or `ImageStatus` (the image is
+//! resolved once before anything is timed), no waiting for an observation between containers.
+//! This is the limit an agent is measured against (issue 17's outside-in baseline).
 //!
-//! Per pod: log and pod directories, `RunPodSandbox`, `PodSandboxStatus` (the pod IPs, as
-//! crilet reads them for /etc/hosts), then per container in start order (native sidecars first,
-//! then apps): `ImageStatus`, the container's log directory, its hostPath volumes, /etc/hosts
-//! and termination-message file (the same bind mounts crilet gives it),
-//! `CreateContainer`, `StartContainer`. crilet starts an app only after it has seen the sidecars
-//! before it running; the baseline goes on at once (the least a runtime allows).
+//! Per pod: log and pod directories, `RunPodSandbox`, then per container in start order (native
+//! sidecars first, then apps): the container's log directory, its hostPath volumes, /etc/hosts
+//! (without the pod IP, which only `PodSandboxStatus` would tell) and termination-message file
+//! (the bind mounts crilet gives it), `CreateContainer`, `StartContainer`. crilet starts an app
+//! only after it has seen the sidecars before it running; the baseline goes on at once.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -78,24 +80,24 @@ fn mounts(node: &NodeConfig, d: &DesiredPod, name: &str, ips: &[String]) -> (Vec
     (out, tfile)
 }
 
-/// Runs the pod as described in the module doc; returns (sandbox id, container ids).
-pub async fn start_pod(cri: &CriClient, node: &NodeConfig, d: &DesiredPod) -> (String, Vec<String>) {
+/// Runs the pod as described in the module doc, every container from `image_ref` (the
+/// benchmarks' pods use one image); returns (sandbox id, container ids).
+pub async fn start_pod(
+    cri: &CriClient,
+    node: &NodeConfig,
+    d: &DesiredPod,
+    image_ref: &str,
+) -> (String, Vec<String>) {
     let spec = d.pod.spec.as_ref().expect("pod spec");
     mkdir(&pod_log_dir(node, d));
     mkdir(&pod_dir(node, &d.uid));
     let sb_cfg = sandbox_config(node, d, 0);
     let sb = cri.run_sandbox(sb_cfg.clone(), "").await.expect("RunPodSandbox");
-    let ips = cri.sandbox_status(&sb).await.map(|s| s.ips).unwrap_or_default();
+    let ips: Vec<String> = Vec::new();
     let sidecars = spec.init_containers.iter().flatten().map(|c| (c, Kind::Sidecar));
     let mut ids = Vec::new();
     for (c, kind) in sidecars.chain(spec.containers.iter().map(|c| (c, Kind::App))) {
-        let image = c.image.clone().unwrap_or_default();
-        let image_ref = cri
-            .image_id(&image)
-            .await
-            .expect("ImageStatus")
-            .unwrap_or_else(|| panic!("{image} not pulled"))
-            .id;
+        let image_ref = image_ref.to_string();
         mkdir(&pod_log_dir(node, d).join(&c.name));
         let (mounts, tfile) = mounts(node, d, &c.name, &ips);
         let rv = RuntimeValues {

@@ -46,11 +46,15 @@ pub fn median(v: &[f64]) -> f64 {
     if n == 0 { f64::NAN } else { (s[(n - 1) / 2] + s[n / 2]) / 2.0 }
 }
 
-/// Nearest-rank p90.
-pub fn p90(v: &[f64]) -> f64 {
+/// Nearest-rank percentile `q` (0–1].
+fn percentile(v: &[f64], q: f64) -> f64 {
     let mut s = v.to_vec();
     s.sort_by(f64::total_cmp);
-    if s.is_empty() { f64::NAN } else { s[((s.len() as f64 * 0.9).ceil() as usize).max(1) - 1] }
+    if s.is_empty() { f64::NAN } else { s[((s.len() as f64 * q).ceil() as usize).max(1) - 1] }
+}
+
+pub fn p95(v: &[f64]) -> f64 {
+    percentile(v, 0.95)
 }
 
 pub fn max(v: &[f64]) -> f64 {
@@ -61,18 +65,34 @@ pub fn min(v: &[f64]) -> f64 {
     v.iter().copied().fold(f64::NAN, f64::min)
 }
 
-/// "median / p90 ms" of a series.
-pub fn med_p90(v: &[f64], unit: &str) -> String {
-    format!("{:.1} / {:.1} {unit}", median(v), p90(v))
+/// "median / p95 ms" of a series.
+pub fn med_p95(v: &[f64], unit: &str) -> String {
+    format!("{:.1} / {:.1} {unit}", median(v), p95(v))
 }
 
 /// A baseline-vs-crilet row compared by the ratio of medians against `limit` (e.g. 1.10).
 pub fn ratio_row(metric: &str, raw: &[f64], crilet: &[f64], unit: &str, limit: Option<f64>) -> Row {
-    let ratio = median(crilet) / median(raw);
+    stat_row(metric, raw, crilet, unit, limit, median)
+}
+
+/// The same compared by the ratio of p95s.
+pub fn p95_row(metric: &str, raw: &[f64], crilet: &[f64], unit: &str, limit: Option<f64>) -> Row {
+    stat_row(metric, raw, crilet, unit, limit, p95)
+}
+
+fn stat_row(
+    metric: &str,
+    raw: &[f64],
+    crilet: &[f64],
+    unit: &str,
+    limit: Option<f64>,
+    stat: fn(&[f64]) -> f64,
+) -> Row {
+    let ratio = stat(crilet) / stat(raw);
     Row {
         metric: metric.into(),
-        baseline: med_p90(raw, unit),
-        crilet: med_p90(crilet, unit),
+        baseline: med_p95(raw, unit),
+        crilet: med_p95(crilet, unit),
         ratio: Some(ratio),
         target: limit.map_or(String::new(), |l| format!("≤ {l:.2}×")),
         met: limit.map(|l| ratio <= l),

@@ -14,7 +14,7 @@ use crilet::model::{ContainerState, keys};
 
 use crate::events::now_ns;
 use crate::report::{Row, Scenario, max, median, min};
-use crate::start::{keys as want_keys, spawn_wait};
+use crate::start::{Observe, keys as want_keys, spawn_wait};
 use crate::{Ctx, NS, RAW_NS, agent, deadline, env_num, raw};
 
 /// The shell of both containers: SIGTERM is trapped (its arrival noted in /out/NAME, the
@@ -73,7 +73,7 @@ fn rel(ns: i64, deadline: i64) -> f64 {
 }
 
 async fn start_and_settle(ctx: &Ctx, namespace: &'static str, name: &str) {
-    spawn_wait(ctx, namespace, want_keys(&[name.to_string()], &["side", "app"]), deadline())
+    spawn_wait(ctx, namespace, want_keys(&[name.to_string()], &["side", "app"]), deadline(), Observe::Events)
         .await
         .expect("waiting for the pod to run");
     // The shells set their traps first thing; give them a moment.
@@ -156,8 +156,14 @@ async fn crilet_once(ctx: &Ctx, agent: &agent::Agent, name: &str, grace: u64, pr
 async fn raw_once(ctx: &Ctx, node: &crilet::pod::spec::NodeConfig, name: &str, grace: u64) -> (f64, f64) {
     let out = node.root_dir.join("out").join(name);
     let d = raw::desired(RAW_NS, &manifest(name, RAW_NS, &ctx.image, &out, grace, false));
-    let waiter = spawn_wait(ctx, RAW_NS, want_keys(&[name.to_string()], &["side", "app"]), deadline());
-    let (sb, ids) = raw::start_pod(&ctx.cri, node, &d).await;
+    let waiter = spawn_wait(
+        ctx,
+        RAW_NS,
+        want_keys(&[name.to_string()], &["side", "app"]),
+        deadline(),
+        Observe::Events,
+    );
+    let (sb, ids) = raw::start_pod(&ctx.cri, node, &d, &ctx.image_ref).await;
     waiter.await.expect("waiting for the raw pod");
     tokio::time::sleep(Duration::from_millis(300)).await;
     let t0 = now_ns();
