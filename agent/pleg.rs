@@ -23,7 +23,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::cri::{CriClient, CriError, api};
+use crate::cri::{CriClient, CriError, RuntimeBrief, api};
 use crate::model::keys;
 use crate::registry::Registry;
 
@@ -281,11 +281,8 @@ fn on_event(wakers: &Wakers, pleg: &PlegState, ev: &api::ContainerEventResponse)
 
 /// Every sandbox and container, reporting the runtime unavailable to `registry` if the answer
 /// takes longer than `RELIST_SLOW`.
-async fn list_all_watched(
-    cri: &CriClient,
-    registry: &Registry,
-) -> Result<(Vec<api::PodSandbox>, Vec<api::Container>), CriError> {
-    let list = cri.list_all(None);
+async fn list_all_watched(cri: &CriClient, registry: &Registry) -> Result<RuntimeBrief, CriError> {
+    let list = cri.list_brief();
     tokio::pin!(list);
     tokio::select! {
         r = &mut list => return r,
@@ -316,7 +313,7 @@ pub async fn run(
             _ = pleg.relist_now.notified() => tick.reset(),
         }
         let timer = crate::metrics::get().relist_started();
-        let (sandboxes, containers) = match list_all_watched(&cri, &registry).await {
+        let brief = match list_all_watched(&cri, &registry).await {
             Ok(v) => v,
             Err(e) => {
                 crate::metrics::get().relist_failed(timer);
@@ -328,22 +325,17 @@ pub async fn run(
                 continue;
             }
         };
-        crate::metrics::get().relisted(timer, &sandboxes, &containers);
+        crate::metrics::get().relisted(timer, &brief);
         registry.runtime_available();
         registry.liveness().relist_answered();
         if failing {
             info!("relist works again");
             failing = false;
         }
-        let mut snap = Snapshot::new();
-        for s in sandboxes {
-            if let Some(uid) = s.labels.get(keys::POD_UID) {
-                snap.insert(s.id, (s.state, uid.clone()));
-            }
-        }
-        for c in containers {
-            if let Some(uid) = c.labels.get(keys::POD_UID) {
-                snap.insert(c.id, (c.state, uid.clone()));
+        let mut snap = Snapshot::with_capacity(brief.sandboxes.len() + brief.containers.len());
+        for b in brief.sandboxes.into_iter().chain(brief.containers) {
+            if let Some(uid) = b.uid {
+                snap.insert(b.id, (b.state, uid));
             }
         }
         if let Some(old) = &last {

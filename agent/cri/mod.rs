@@ -4,10 +4,12 @@
 //! Callers get domain types (`crate::model`) back; request building for sandboxes and
 //! containers lives with the pod code, which owns the kubelet rules behind each field.
 
+mod brief;
 mod client;
 mod convert;
 pub mod signal;
 
+pub use brief::{Brief, RuntimeBrief};
 pub use client::{CriClient, RuntimeInfo, StreamingRequest};
 pub use convert::{container_from_status, sandbox_from_status};
 

@@ -31,7 +31,6 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use self::startup::StartupTracker;
-use crate::cri::api;
 use crate::model::PodKey;
 
 /// `Content-Type` of `/metrics` (the Prometheus text format the kubelet serves).
@@ -360,13 +359,13 @@ impl Metrics {
 
     /// The relist answered with these sandboxes and containers: its duration, and the running
     /// pods and containers they show.
-    pub fn relisted(&self, t: RelistTimer, sandboxes: &[api::PodSandbox], containers: &[api::Container]) {
+    pub fn relisted(&self, t: RelistTimer, brief: &crate::cri::RuntimeBrief) {
         self.relist_duration.observe(t.0.elapsed().as_secs_f64());
         if let Ok(mut l) = self.last_relist.lock() {
             *l = Some(t.0);
         }
         self.pleg_last_seen.set(unix_now().as_secs_f64());
-        let counts = runtime::count_runtime(sandboxes, containers);
+        let counts = runtime::count_runtime(brief);
         self.running_pods.set(counts.running_pods);
         for (state, n) in runtime::CONTAINER_STATES.iter().zip(counts.containers) {
             self.running_containers.get_or_create(&ContainerStateLabels { container_state: state }).set(n);

@@ -3,8 +3,7 @@
 
 use std::collections::HashSet;
 
-use crate::cri::api;
-use crate::model::keys;
+use crate::cri::{RuntimeBrief, api};
 
 /// The kubelet's `operation_type` label for CRI method `op` (its instrumented runtime service
 /// names them in snake case: `RunPodSandbox` is `run_podsandbox`). A method the kubelet does not
@@ -55,15 +54,15 @@ pub struct RuntimeCounts {
 /// (`updateRunningPodAndContainerMetrics`): a pod runs when one of its sandboxes is ready;
 /// containers are counted by their CRI state. Only objects with a pod UID label (made by a
 /// kubelet or crilet) count.
-pub fn count_runtime(sandboxes: &[api::PodSandbox], containers: &[api::Container]) -> RuntimeCounts {
-    let ready = api::PodSandboxState::SandboxReady as i32;
-    let running_pods: HashSet<&str> = sandboxes
+pub fn count_runtime(brief: &RuntimeBrief) -> RuntimeCounts {
+    let running_pods: HashSet<&str> = brief
+        .sandboxes
         .iter()
-        .filter(|s| s.state == ready)
-        .filter_map(|s| s.labels.get(keys::POD_UID).map(String::as_str))
+        .filter(|s| RuntimeBrief::sandbox_ready(s))
+        .filter_map(|s| s.uid.as_deref())
         .collect();
     let mut counts = RuntimeCounts { running_pods: running_pods.len() as i64, ..Default::default() };
-    for c in containers.iter().filter(|c| c.labels.contains_key(keys::POD_UID)) {
+    for c in brief.containers.iter().filter(|c| c.uid.is_some()) {
         let i = match api::ContainerState::try_from(c.state) {
             Ok(api::ContainerState::ContainerCreated) => 0,
             Ok(api::ContainerState::ContainerRunning) => 1,

@@ -10,6 +10,7 @@ use super::health::healthz;
 use super::runtime::{RuntimeCounts, count_runtime, operation_type};
 use super::startup::{SliSample, StartSamples, StartupTracker, all_containers_running};
 use super::*;
+use crate::cri::{Brief, RuntimeBrief, api};
 use crate::health::Unhealthy;
 use crate::model::keys;
 use crate::registry::RuntimeHealth;
@@ -218,39 +219,33 @@ fn operation_types_are_the_kubelets() {
 
 #[test]
 fn runtime_counts_from_a_relist() {
-    let labels = |uid: &str| HashMap::from([(keys::POD_UID.to_string(), uid.to_string())]);
-    let sandbox = |uid: &str, ready: bool| api::PodSandbox {
-        labels: labels(uid),
-        state: if ready { api::PodSandboxState::SandboxReady } else { api::PodSandboxState::SandboxNotready }
-            as i32,
-        ..Default::default()
+    let brief = |uid: Option<&str>, state: i32| Brief { id: String::new(), state, uid: uid.map(Into::into) };
+    let sandbox = |uid: &str, ready: bool| {
+        let state =
+            if ready { api::PodSandboxState::SandboxReady } else { api::PodSandboxState::SandboxNotready };
+        brief(Some(uid), state as i32)
     };
-    let container = |state: api::ContainerState| api::Container {
-        labels: labels("u"),
-        state: state as i32,
-        ..Default::default()
-    };
+    let container = |state: api::ContainerState| brief(Some("u"), state as i32);
     use api::ContainerState::*;
-    let sandboxes = [
-        sandbox("a", true),
-        sandbox("a", true), // two ready sandboxes of one pod: still one pod
-        sandbox("b", false),
-        sandbox("c", true),
-        api::PodSandbox { state: api::PodSandboxState::SandboxReady as i32, ..Default::default() }, // not ours
-    ];
-    let containers = [
-        container(ContainerRunning),
-        container(ContainerRunning),
-        container(ContainerExited),
-        container(ContainerCreated),
-        container(ContainerUnknown),
-        api::Container { state: ContainerRunning as i32, ..Default::default() }, // not ours
-    ];
-    assert_eq!(
-        count_runtime(&sandboxes, &containers),
-        RuntimeCounts { running_pods: 2, containers: [1, 2, 1, 1] }
-    );
-    assert_eq!(count_runtime(&[], &[]), RuntimeCounts::default());
+    let runtime = RuntimeBrief {
+        sandboxes: vec![
+            sandbox("a", true),
+            sandbox("a", true), // two ready sandboxes of one pod: still one pod
+            sandbox("b", false),
+            sandbox("c", true),
+            brief(None, api::PodSandboxState::SandboxReady as i32), // not ours
+        ],
+        containers: vec![
+            container(ContainerRunning),
+            container(ContainerRunning),
+            container(ContainerExited),
+            container(ContainerCreated),
+            container(ContainerUnknown),
+            brief(None, ContainerRunning as i32), // not ours
+        ],
+    };
+    assert_eq!(count_runtime(&runtime), RuntimeCounts { running_pods: 2, containers: [1, 2, 1, 1] });
+    assert_eq!(count_runtime(&RuntimeBrief::default()), RuntimeCounts::default());
 }
 
 #[test]
@@ -337,7 +332,7 @@ fn exposition_parses_with_the_kubelets_names() {
     m.evented_connection_error();
     m.evented_connection_error();
     let t = m.relist_started();
-    m.relisted(t, &[], &[]);
+    m.relisted(t, &RuntimeBrief::default());
     m.relist_failed(m.relist_started());
     m.pod_seen("uid-1", None);
     let mut p = Pod::default();
