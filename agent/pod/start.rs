@@ -24,12 +24,12 @@ fn err(reason: &str, message: impl Into<String>) -> StartError {
 }
 
 /// Creates the sandbox (R1.1): log directory first, then `RunPodSandbox`, then its status for
-/// the pod IPs. Returns (sandbox ID, pod IPs, the status as observed, when it could be read).
+/// the pod IPs. Returns (sandbox ID, pod IPs).
 pub async fn create_sandbox(
     ctx: &Shared,
     d: &DesiredPod,
     attempt: u32,
-) -> Result<(String, Vec<String>, Option<crate::model::ObservedSandbox>), StartError> {
+) -> Result<(String, Vec<String>), StartError> {
     let log_dir = pod_log_dir(&ctx.node, d);
     mkdir(&log_dir, 0o755)
         .map_err(|e| err("CreatePodSandboxError", format!("creating {}: {e}", log_dir.display())))?;
@@ -42,10 +42,11 @@ pub async fn create_sandbox(
         ctx.warning(&d.key, None, "FailedCreatePodSandBox", format!("Failed to create pod sandbox: {e}"));
         err("CreatePodSandboxError", e.to_string())
     })?;
-    match ctx.cri.sandbox_status(&id).await {
-        Ok(s) => Ok((id, s.ips.clone(), Some(s))),
-        Err(_) => Ok((id, Vec::new(), None)),
-    }
+    let ips = match ctx.cri.sandbox_status(&id).await {
+        Ok(s) => s.ips,
+        Err(_) => Vec::new(),
+    };
+    Ok((id, ips))
 }
 
 /// The pod's configMap, secret, downwardAPI and projected volumes are written before anything

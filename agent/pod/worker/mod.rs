@@ -88,9 +88,6 @@ struct Worker {
     /// During a sync that kills nothing: the runtime state as the sync's own starts changed it,
     /// published after each start (one targeted `ContainerStatus`), so a restart shows at once.
     live: Option<ObservedPod>,
-    /// `live` holds everything the sync did (every start succeeded and was read back, nothing
-    /// was resized): the sync's end publishes it instead of observing the pod again.
-    live_whole: bool,
     /// A pod kill's deadline may be saved under the pod's dir (one began, or an earlier agent
     /// left one): `end_kill` has a file to remove.
     kill_saved: bool,
@@ -149,7 +146,6 @@ pub async fn run_worker(
         kill_saved,
         killed_by_agent: BTreeSet::new(),
         live: None,
-        live_whole: false,
         acted: false,
         resize: resize::ResizeState::default(),
     };
@@ -228,20 +224,14 @@ fn all_containers(pod: &Pod) -> Vec<(Container, Kind)> {
 }
 
 impl Worker {
-    /// One sync, then, if it executed anything, its outcome published before the worker waits:
-    /// `get pods`, `logs --previous` and conditions show what the agent just did. The outcome is
-    /// the sync's whole live snapshot when it only started containers (each read back with
-    /// `ContainerStatus`), else a fresh observation.
+    /// One sync, then, if it executed anything, a fresh observation published before the worker
+    /// waits: `get pods`, `logs --previous` and conditions show what the agent just did.
     async fn sync(&mut self) -> Result<Option<i64>, crate::cri::CriError> {
         self.acted = false;
-        self.live_whole = false;
         let result = self.sync_once().instrument(tracing::trace_span!("sync")).await;
-        let live = self.live.take().filter(|_| self.live_whole && result.is_ok());
+        self.live = None;
         if self.acted {
-            match live {
-                Some(live) => self.publish_snapshot(&live),
-                None => self.observe_and_publish(false).await,
-            }
+            self.observe_and_publish(false).await;
         }
         result
     }
@@ -323,7 +313,6 @@ impl Worker {
         let only_starts =
             the_plan.kill_pod.is_none() && the_plan.kills.is_empty() && the_plan.create_sandbox.is_none();
         self.live = only_starts.then(|| observed.clone());
-        self.live_whole = only_starts;
         let key = self.desired.key.clone();
         let grace = termination_grace(&pod);
         let containers = all_containers(&pod);
@@ -386,9 +375,6 @@ impl Worker {
             kill_one(&ctx, &self.desired, spec, &k.id, g, &k.message, pod_ip.as_deref()).await;
         }
 
-        if !resize_actions.is_empty() {
-            self.live_whole = false;
-        }
         if let Some(at) = self.resize_actuate(&pod, &resize_actions).await {
             update_requeue = earliest(update_requeue, Some(at));
         }
@@ -398,28 +384,15 @@ impl Worker {
                 .instrument(tracing::trace_span!("create_sandbox"))
                 .await
             {
-                Ok((id, ips, status)) => {
+                Ok((id, ips)) => {
                     // The pod cgroup's values, before any container starts (the kubelet's pod
                     // container manager); the runtime made the cgroup with the sandbox.
+                    let _span = tracing::trace_span!("pod_cgroup").entered();
+                    let parent = crate::pod::spec::cgroup_parent(&pod, &self.desired.uid);
+                    if let Err(e) =
+                        crate::pod::pod_cgroup::write_config(&parent, &crate::pod::resize::pod_cgroup(&pod))
                     {
-                        let _span = tracing::trace_span!("pod_cgroup").entered();
-                        let parent = crate::pod::spec::cgroup_parent(&pod, &self.desired.uid);
-                        if let Err(e) = crate::pod::pod_cgroup::write_config(
-                            &parent,
-                            &crate::pod::resize::pod_cgroup(&pod),
-                        ) {
-                            warn!(error = %e, "setting the pod cgroup's limits failed");
-                        }
-                    }
-                    // A pod the runtime had nothing of: the new sandbox's status and what this
-                    // sync starts in it are all there is, a complete live snapshot.
-                    if observed.sandboxes.is_empty() && observed.containers.is_empty() {
-                        self.live = status.map(|s| ObservedPod {
-                            uid: observed.uid.clone(),
-                            sandboxes: vec![s],
-                            containers: Vec::new(),
-                        });
-                        self.live_whole = self.live.is_some();
+                        warn!(error = %e, "setting the pod cgroup's limits failed");
                     }
                     (id, ips, attempt)
                 }
@@ -448,46 +421,18 @@ impl Worker {
                     .await;
             }
         }
-        let (mut inits, mut apps) = (the_plan.init_to_start.clone(), the_plan.app_to_start.clone());
-        let mut tried: BTreeSet<String> = BTreeSet::new();
-        let mut basis = observed;
-        loop {
-            let mut sidecar_started = false;
-            for name in &inits {
-                let Some((spec, kind)) = containers.iter().find(|(c, _)| &c.name == name) else { continue };
-                tried.insert(name.clone());
-                let ok =
-                    self.start(&basis, spec, *kind, &sandbox_id, &pod_ips, &sb_config, &mut requeue).await;
-                sidecar_started |= ok && *kind == Kind::Sidecar;
-                // R4.4: a failed regular init container ends this sync; a sidecar does not.
-                if !ok && *kind == Kind::Init {
-                    return Ok(requeue);
-                }
+        for name in &the_plan.init_to_start {
+            let Some((spec, kind)) = containers.iter().find(|(c, _)| &c.name == name) else { continue };
+            let ok =
+                self.start(&observed, spec, *kind, &sandbox_id, &pod_ips, &sb_config, &mut requeue).await;
+            // R4.4: a failed regular init container ends this sync; a sidecar does not.
+            if !ok && *kind == Kind::Init {
+                return Ok(requeue);
             }
-            for name in &apps {
-                let Some((spec, kind)) = containers.iter().find(|(c, _)| &c.name == name) else { continue };
-                tried.insert(name.clone());
-                self.start(&basis, spec, *kind, &sandbox_id, &pod_ips, &sb_config, &mut requeue).await;
-            }
-            // What the sidecars just started gate (R4.2) is planned again from the live
-            // snapshot, which holds their runtime status (`ContainerStatus` after the start):
-            // the same decision the next sync would make, without waiting for the runtime's
-            // event and a full observation of the pod.
-            let Some(live) = self.live.clone().filter(|_| sidecar_started) else { break };
-            let next = plan_held(&pod, &live, &probe_results, &held);
-            if next.kill_pod.is_some()
-                || !next.kills.is_empty()
-                || next.create_sandbox.is_some()
-                || !next.reset.is_empty()
-            {
-                break;
-            }
-            inits = next.init_to_start.into_iter().filter(|n| !tried.contains(n)).collect();
-            apps = next.app_to_start.into_iter().filter(|n| !tried.contains(n)).collect();
-            if inits.is_empty() && apps.is_empty() {
-                break;
-            }
-            basis = live;
+        }
+        for name in &the_plan.app_to_start {
+            let Some((spec, kind)) = containers.iter().find(|(c, _)| &c.name == name) else { continue };
+            self.start(&observed, spec, *kind, &sandbox_id, &pod_ips, &sb_config, &mut requeue).await;
         }
         Ok(requeue)
     }

@@ -104,14 +104,6 @@ impl Worker {
         }
     }
 
-    /// Publishes a sync's whole live snapshot (its probes follow the instances it started).
-    pub(super) fn publish_snapshot(&mut self, live: &ObservedPod) {
-        let pod = self.desired.pod.clone();
-        self.probes.reconcile(&pod, live, false);
-        let (_, probe_states) = self.probes.view();
-        self.publish(live, false, &probe_states);
-    }
-
     /// Publishes the sync's live snapshot with the instance just started spliced in.
     pub(super) async fn publish_started(&mut self, id: &str, sandbox_id: &str) {
         if self.live.is_none() {
@@ -119,10 +111,7 @@ impl Worker {
         }
         let started = match self.ctx.cri.container_status(id, sandbox_id).await {
             Ok(c) => c,
-            Err(e) => {
-                self.live_whole = false;
-                return debug!(error = %e, "status of the started container; the sync's end publishes");
-            }
+            Err(e) => return debug!(error = %e, "status of the started container; the sync's end publishes"),
         };
         let Some(live) = self.live.as_mut() else { return };
         live.containers.retain(|c| c.id != started.id);

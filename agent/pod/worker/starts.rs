@@ -63,8 +63,6 @@ impl Worker {
                 true
             }
             Err(e) => {
-                // What a failed start left (a created instance, say) is for a full observation.
-                self.live_whole = false;
                 // A failed start is retried after the kubelet's sync back-off (10 s, R12.9),
                 // which is also when a pull back-off first expires (R7.11).
                 let at = now + 10_000_000_000;
