@@ -65,6 +65,13 @@ pub struct Brief {
     pub uid: Option<String>,
 }
 
+impl Brief {
+    /// For a sandbox: whether it is ready.
+    pub fn sandbox_ready(&self) -> bool {
+        self.state == api::PodSandboxState::SandboxReady as i32
+    }
+}
+
 fn uid_of(labels: Vec<Entry>) -> Option<String> {
     labels.into_iter().find(|e| e.key == crate::model::keys::POD_UID).map(|e| e.value)
 }
@@ -89,13 +96,6 @@ impl BriefContainers {
 pub struct RuntimeBrief {
     pub sandboxes: Vec<Brief>,
     pub containers: Vec<Brief>,
-}
-
-impl RuntimeBrief {
-    /// Whether a sandbox counts as ready.
-    pub fn sandbox_ready(b: &Brief) -> bool {
-        b.state == api::PodSandboxState::SandboxReady as i32
-    }
 }
 
 #[cfg(test)]
@@ -144,7 +144,7 @@ mod tests {
                 Brief { id: "sb2".into(), state: 1, uid: None },
             ]
         );
-        assert!(RuntimeBrief::sandbox_ready(&got[0]) && !RuntimeBrief::sandbox_ready(&got[1]));
+        assert!(got[0].sandbox_ready() && !got[1].sandbox_ready());
 
         let full = api::ListContainersResponse {
             containers: vec![api::Container {

@@ -55,12 +55,8 @@ pub struct RuntimeCounts {
 /// containers are counted by their CRI state. Only objects with a pod UID label (made by a
 /// kubelet or crilet) count.
 pub fn count_runtime(brief: &RuntimeBrief) -> RuntimeCounts {
-    let running_pods: HashSet<&str> = brief
-        .sandboxes
-        .iter()
-        .filter(|s| RuntimeBrief::sandbox_ready(s))
-        .filter_map(|s| s.uid.as_deref())
-        .collect();
+    let running_pods: HashSet<&str> =
+        brief.sandboxes.iter().filter(|s| s.sandbox_ready()).filter_map(|s| s.uid.as_deref()).collect();
     let mut counts = RuntimeCounts { running_pods: running_pods.len() as i64, ..Default::default() };
     for c in brief.containers.iter().filter(|c| c.uid.is_some()) {
         let i = match api::ContainerState::try_from(c.state) {
