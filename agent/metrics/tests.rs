@@ -1,4 +1,3 @@
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{
@@ -12,7 +11,6 @@ use super::startup::{SliSample, StartSamples, StartupTracker, all_containers_run
 use super::*;
 use crate::cri::{Brief, RuntimeBrief, api};
 use crate::health::Unhealthy;
-use crate::model::keys;
 use crate::registry::RuntimeHealth;
 
 /// A status in `phase` with one app container per entry, running or waiting.
