@@ -25,6 +25,8 @@ pub struct PodContext {
     /// Cluster mode: the API-backed volumes and env of pods (`None`: static pods only, which
     /// cannot name API objects).
     pub volumes: Option<Arc<VolumeManager>>,
+    /// The pod UIDs the runtime may hold anything of (kept by the PLEG's relist).
+    pub runtime_uids: crate::pleg::RuntimeUids,
     /// The cpu (millicores) and memory requests of every active pod at its allocation, by UID:
     /// what a resize must fit beside (KEP-1287).
     requests: Mutex<BTreeMap<String, (i64, i64)>>,
@@ -56,7 +58,18 @@ impl PodContext {
             pull_lock: AsyncMutex::new(()),
             started: std::time::Instant::now(),
             volumes: None,
+            runtime_uids: Default::default(),
             requests: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// The runtime's state of pod `uid`; without a CRI call when the runtime holds nothing of
+    /// it (see [`crate::pleg::RuntimeUids`]): a new pod's first sync goes straight to its sandbox.
+    pub async fn observe(&self, uid: &str) -> Result<crate::model::ObservedPod, crate::cri::CriError> {
+        if self.runtime_uids.may_have(uid) {
+            self.cri.observe(uid).await
+        } else {
+            Ok(crate::model::ObservedPod { uid: uid.to_string(), ..Default::default() })
         }
     }
 

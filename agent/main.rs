@@ -388,6 +388,7 @@ async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
         wakers.clone(),
         pleg_state.clone(),
         registry.clone(),
+        ctx.runtime_uids.clone(),
         cancel.clone(),
     ));
     tokio::spawn(crilet::pod::cgroups::sweep_periodically(cri.clone(), cancel.clone()));

@@ -103,6 +103,46 @@ impl Wakers {
 /// (state, pod uid) of each sandbox and container, by ID.
 type Snapshot = HashMap<String, (i32, String)>;
 
+/// Which pod UIDs may have a sandbox or container in the runtime: those of the last relist, and
+/// those this agent has begun to create since (a create can land after the relist's list).
+/// A pod that is in neither has nothing to observe, so its worker's first sync need not list
+/// the runtime before creating its sandbox (the kubelet's first sync reads its PLEG cache too).
+/// Until the first relist has answered, every UID may have something.
+#[derive(Clone, Default)]
+pub struct RuntimeUids(Arc<Mutex<KnownUids>>);
+
+#[derive(Default)]
+struct KnownUids {
+    /// The UIDs of the last relist; `None` before the first one answered.
+    listed: Option<std::collections::HashSet<String>>,
+    /// UIDs this agent began creating for that the last relist did not show yet.
+    claimed: std::collections::HashSet<String>,
+}
+
+impl RuntimeUids {
+    /// Whether the runtime may hold anything of pod `uid` (when unsure: yes).
+    pub fn may_have(&self, uid: &str) -> bool {
+        let Ok(k) = self.0.lock() else { return true };
+        k.claimed.contains(uid) || k.listed.as_ref().is_none_or(|l| l.contains(uid))
+    }
+
+    /// Called before anything of pod `uid` is created in the runtime.
+    pub fn claim(&self, uid: &str) {
+        if let Ok(mut k) = self.0.lock() {
+            k.claimed.insert(uid.to_string());
+        }
+    }
+
+    /// A relist's UIDs. Claims it shows are dropped (the list answers for them from now on); a
+    /// claim it does not show stays, as its create may have landed after the list.
+    fn listed(&self, uids: std::collections::HashSet<String>) {
+        if let Ok(mut k) = self.0.lock() {
+            k.claimed.retain(|u| !uids.contains(u));
+            k.listed = Some(uids);
+        }
+    }
+}
+
 /// The UIDs whose objects appeared, vanished or changed state between two relists.
 pub fn changed_uids(old: &Snapshot, new: &Snapshot) -> Vec<String> {
     let mut uids: Vec<String> = Vec::new();
@@ -300,6 +340,7 @@ pub async fn run(
     wakers: Wakers,
     pleg: Arc<PlegState>,
     registry: Registry,
+    known: RuntimeUids,
     cancel: CancellationToken,
 ) {
     let mut last: Option<Snapshot> = None;
@@ -338,6 +379,7 @@ pub async fn run(
                 snap.insert(b.id, (b.state, uid));
             }
         }
+        known.listed(snap.values().map(|(_, uid)| uid.clone()).collect());
         if let Some(old) = &last {
             for uid in changed_uids(old, &snap) {
                 debug!(uid = %uid, "runtime state changed");
@@ -351,6 +393,31 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn runtime_uids_answer_yes_when_unsure() {
+        let set = |v: &[&str]| v.iter().map(|u| u.to_string()).collect();
+        let k = RuntimeUids::default();
+        // Before any relist, nothing is known: every pod may have something.
+        assert!(k.may_have("a"));
+        k.listed(set(&["a"]));
+        assert!(k.may_have("a"));
+        assert!(!k.may_have("b"), "listed without b, and nothing of b was created since");
+        // A create began after that list: b may exist until a relist says otherwise.
+        k.claim("b");
+        assert!(k.may_have("b"));
+        // A relist that does not show b (its list may have been taken before the create
+        // landed) keeps the claim.
+        k.listed(set(&["a"]));
+        assert!(k.may_have("b"));
+        // One that shows it answers for it from now on: once b is gone from the runtime, so is
+        // the claim.
+        k.listed(set(&["a", "b"]));
+        assert!(k.may_have("b"));
+        k.listed(set(&["a"]));
+        assert!(!k.may_have("b"));
+        assert!(!k.may_have("c"));
+    }
 
     #[test]
     fn changes() {

@@ -175,7 +175,9 @@ pub async fn run(cri: CriClient, pod_logs_dir: PathBuf, policy: Policy, cancel: 
             let handle = tasks.spawn(
                 async move {
                     let Ok(_permit) = workers.acquire_owned().await else { return };
-                    rotate::check_container(&cri, &c.id, &dir, &policy, &paths).await;
+                    // Boxed: a finished task's slot stays allocated until the next pass joins
+                    // it, and 220 of them at the check's full size add up to a megabyte.
+                    Box::pin(rotate::check_container(&cri, &c.id, &dir, &policy, &paths)).await;
                 }
                 .instrument(span),
             );

@@ -1,6 +1,7 @@
 //! Starting things: the sandbox, and one container (image, restart count, mounts, create,
 //! start, postStart). Failures come back as the waiting reason the kubelet would show (R7.10).
 
+use std::collections::{BTreeSet, HashMap};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
@@ -38,6 +39,7 @@ pub async fn create_sandbox(
     prepare_volumes(ctx, d).await?;
     let config = sandbox_config(&ctx.node, d, attempt);
     let handler = d.pod.spec.as_ref().and_then(|s| s.runtime_class_name.clone()).unwrap_or_default();
+    ctx.runtime_uids.claim(&d.uid);
     let id = ctx.cri.run_sandbox(config, &handler).await.map_err(|e| {
         ctx.warning(&d.key, None, "FailedCreatePodSandBox", format!("Failed to create pod sandbox: {e}"));
         err("CreatePodSandboxError", e.to_string())
@@ -162,25 +164,46 @@ pub struct StartRequest<'a> {
     /// The image ID an in-place update already pulled (and checked) for this container before
     /// stopping the old instance: the new instance runs exactly that image, with no second pull.
     pub pulled_image: Option<&'a str>,
+    /// Images this sync looked up while it created the sandbox.
+    pub images_seen: Option<&'a ImagesSeen>,
+}
+
+/// What `ImageStatus` answered for each image, asked while the sandbox was being created.
+pub type ImagesSeen = HashMap<String, Option<api::Image>>;
+
+/// Asks the runtime for each image at once. Done beside `RunPodSandbox` for the containers the
+/// same sync will start, so the sandbox's creation hides the lookups; an image whose lookup
+/// failed is simply asked again at its start.
+pub async fn look_up_images(ctx: &Shared, images: BTreeSet<String>) -> ImagesSeen {
+    let lookups = images.into_iter().filter(|i| !i.is_empty()).map(|image| async move {
+        let found = ctx.cri.image_id(&image).await;
+        found.ok().map(|img| (image, img))
+    });
+    futures::future::join_all(lookups).await.into_iter().flatten().collect()
 }
 
 /// Ensures the image per `imagePullPolicy` (R11.2, R7.11); returns the runtime's image ID.
+/// `seen` is what `ImageStatus` answered for it moments ago, in this sync ([`look_up_images`]).
 pub async fn ensure_image(
     ctx: &Shared,
     d: &DesiredPod,
     c: &Container,
     sandbox_config: &api::PodSandboxConfig,
+    seen: Option<&ImagesSeen>,
 ) -> Result<String, StartError> {
     let image = c.image.clone().unwrap_or_default();
     if image.is_empty() {
         return Err(err("InvalidImageName", "container image is empty"));
     }
     let policy = c.image_pull_policy.as_deref().unwrap_or("IfNotPresent");
-    let present = ctx
-        .cri
-        .image_id(&image)
-        .await
-        .map_err(|e| err("ImageInspectError", format!("Failed to inspect image \"{image}\": {e}")))?;
+    let present = match seen.and_then(|s| s.get(&image)) {
+        Some(found) => found.clone(),
+        None => ctx
+            .cri
+            .image_id(&image)
+            .await
+            .map_err(|e| err("ImageInspectError", format!("Failed to inspect image \"{image}\": {e}")))?,
+    };
     let name = Some(c.name.as_str());
     match (policy, present) {
         ("Never", Some(img)) | ("IfNotPresent", Some(img)) => {
@@ -470,7 +493,7 @@ pub async fn start_container(ctx: &Shared, req: &StartRequest<'_>) -> Result<Str
     let name = Some(c.name.as_str());
     let image_ref = match pulled_image_present(ctx, req.pulled_image).await {
         Some(id) => id,
-        None => ensure_image(ctx, d, c, req.sandbox_config).await?,
+        None => ensure_image(ctx, d, c, req.sandbox_config, req.images_seen).await?,
     };
     verify_run_as_non_root(ctx, d, c, &image_ref).await.inspect_err(|e| {
         ctx.warning(&d.key, name, "Failed", format!("Error: {}", e.message));

@@ -117,6 +117,9 @@ impl ProbeManager {
                 let period = std::time::Duration::from_secs(
                     u64::try_from(probe.period_seconds.unwrap_or(10).max(1)).unwrap_or(10),
                 );
+                // Behind a pointer: the spec is large and the task, which lives as long as its
+                // container, only reads it.
+                let spec = Arc::new(spec.clone());
                 let task = ProbeTask {
                     ctx: self.ctx.clone(),
                     key: self.key.clone(),

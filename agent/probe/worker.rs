@@ -25,7 +25,7 @@ pub struct ProbeTask {
     pub key: PodKey,
     pub kind: ProbeKind,
     pub probe: Probe,
-    pub spec: Container,
+    pub spec: Arc<Container>,
     pub container_id: String,
     pub started_at_ns: i64,
     pub pod_ip: Option<String>,
@@ -91,7 +91,9 @@ impl ProbeTask {
                 pod_ip: self.pod_ip.as_deref(),
             };
             let began = std::time::Instant::now();
-            let attempts = async {
+            // Boxed: an attempt's state (an HTTP client, say) lives only while it runs; inline,
+            // it would size every waiting probe's task.
+            let attempts = Box::pin(async {
                 let mut attempt = Attempt::Error(String::new());
                 for _ in 0..MAX_TRIES {
                     attempt =
@@ -101,7 +103,7 @@ impl ProbeTask {
                     }
                 }
                 attempt
-            };
+            });
             // A probe stopped mid-attempt (its pod is going) reports nothing: no late event, and
             // no metric series recreated after the pod's were removed.
             let attempt = tokio::select! {

@@ -2,16 +2,22 @@
 
 use super::*;
 
+/// The sandbox a sync starts containers in.
+pub(super) struct Sandbox<'a> {
+    pub id: &'a str,
+    pub ips: &'a [String],
+    pub config: &'a crate::cri::api::PodSandboxConfig,
+    /// The images the sync looked up while it created the sandbox (none if it did not).
+    pub images_seen: Option<&'a ImagesSeen>,
+}
+
 impl Worker {
-    #[allow(clippy::too_many_arguments)]
     pub(super) async fn start(
         &mut self,
         observed: &ObservedPod,
         spec: &Container,
         kind: Kind,
-        sandbox_id: &str,
-        pod_ips: &[String],
-        sb_config: &crate::cri::api::PodSandboxConfig,
+        sandbox: &Sandbox<'_>,
         requeue: &mut Option<i64>,
     ) -> bool {
         let now = now_ns();
@@ -50,16 +56,17 @@ impl Worker {
             spec,
             kind,
             observed,
-            sandbox_id,
-            pod_ips,
-            sandbox_config: sb_config,
+            sandbox_id: sandbox.id,
+            pod_ips: sandbox.ips,
+            sandbox_config: sandbox.config,
             pulled_image,
+            images_seen: sandbox.images_seen,
         };
         let span = tracing::trace_span!("start_container", kind = kind.as_str());
         match start_container(&self.ctx, &req).instrument(span).await {
             Ok(id) => {
                 self.start_errors.remove(&spec.name);
-                self.publish_started(&id, sandbox_id).await;
+                self.publish_started(&id, sandbox.id).await;
                 true
             }
             Err(e) => {
