@@ -238,7 +238,8 @@ fn write_manifest(dir: &Path, name: &str, text: &str) {
 }
 
 fn start_agent(ctx: &Ctx) {
-    let bin = env!("CARGO_BIN_EXE_crilet");
+    // CRILET_BENCH_BIN: the binary to measure (hack/bench.sh passes the release build).
+    let bin = std::env::var("CRILET_BENCH_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_crilet").to_string());
     let log = std::fs::File::create(ctx.dir.join("crilet.log")).expect("agent log");
     let child = Command::new(bin)
         .args(["run", "--container-runtime-endpoint", &ctx.endpoint, "--pod-manifest-path"])

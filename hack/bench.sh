@@ -100,7 +100,15 @@ env_value() { sed -n "s/^$1=//p" "$ENV_FILE"; }
 RUNTIME_21="containerd $(env_value CRILET_RUNTIME_VERSION)"
 
 cd "$REPO_ROOT"
-log "building (release profile): cargo bench --no-run --bench node --bench restart"
+# The agent measured is the binary users ship (`cargo build --release`, whole-program LTO); the
+# harnesses themselves are built with the bench profile, which skips LTO to build faster.
+if [ -z "${CRILET_BENCH_BIN:-}" ]; then
+    log "building the agent (release profile): cargo build --release --bin crilet"
+    cargo build --release --bin crilet
+    export CRILET_BENCH_BIN="${CARGO_TARGET_DIR:-$REPO_ROOT/target}/release/crilet"
+fi
+log "agent under test: $CRILET_BENCH_BIN"
+log "building the harnesses (bench profile): cargo bench --no-run --bench node --bench restart"
 cargo bench --no-run --bench node --bench restart
 
 failed=()
