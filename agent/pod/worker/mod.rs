@@ -216,6 +216,16 @@ pub async fn run_worker(
     .await
 }
 
+/// The images of the containers `plan` starts.
+fn images_to_start(plan: &crate::pod::plan::Plan, containers: &[(Container, Kind)]) -> BTreeSet<String> {
+    plan.init_to_start
+        .iter()
+        .chain(&plan.app_to_start)
+        .filter_map(|name| containers.iter().find(|(c, _)| &c.name == name))
+        .filter_map(|(c, _)| c.image.clone())
+        .collect()
+}
+
 fn all_containers(pod: &Pod) -> Vec<(Container, Kind)> {
     let Some(spec) = pod.spec.as_ref() else { return Vec::new() };
     let inits = spec
@@ -384,39 +394,34 @@ impl Worker {
 
         let mut images_seen = None;
         let (sandbox_id, pod_ips, attempt) = match the_plan.create_sandbox {
-            Some(attempt) => match {
-                // The images of this sync's starts are looked up while the sandbox is made.
-                let images: BTreeSet<String> = the_plan
-                    .init_to_start
-                    .iter()
-                    .chain(&the_plan.app_to_start)
-                    .filter_map(|name| containers.iter().find(|(c, _)| &c.name == name))
-                    .filter_map(|(c, _)| c.image.clone())
-                    .collect();
+            Some(attempt) => {
                 let sandbox = create_sandbox(&ctx, &self.desired, attempt)
                     .instrument(tracing::trace_span!("create_sandbox"));
-                let (made, seen) = futures::future::join(sandbox, look_up_images(&ctx, images)).await;
+                // The images of this sync's starts are looked up while the sandbox is made.
+                let lookups = look_up_images(&ctx, images_to_start(&the_plan, &containers));
+                let (made, seen) = futures::future::join(sandbox, lookups).await;
                 images_seen = Some(seen);
-                made
-            } {
-                Ok((id, ips)) => {
-                    // The pod cgroup's values, before any container starts (the kubelet's pod
-                    // container manager); the runtime made the cgroup with the sandbox.
-                    let _span = tracing::trace_span!("pod_cgroup").entered();
-                    let parent = crate::pod::spec::cgroup_parent(&pod, &self.desired.uid);
-                    if let Err(e) =
-                        crate::pod::pod_cgroup::write_config(&parent, &crate::pod::resize::pod_cgroup(&pod))
-                    {
-                        warn!(error = %e, "setting the pod cgroup's limits failed");
+                match made {
+                    Ok((id, ips)) => {
+                        // The pod cgroup's values, before any container starts (the kubelet's pod
+                        // container manager); the runtime made the cgroup with the sandbox.
+                        let _span = tracing::trace_span!("pod_cgroup").entered();
+                        let parent = crate::pod::spec::cgroup_parent(&pod, &self.desired.uid);
+                        if let Err(e) = crate::pod::pod_cgroup::write_config(
+                            &parent,
+                            &crate::pod::resize::pod_cgroup(&pod),
+                        ) {
+                            warn!(error = %e, "setting the pod cgroup's limits failed");
+                        }
+                        (id, ips, attempt)
                     }
-                    (id, ips, attempt)
+                    Err(e) => {
+                        // Retried after the kubelet's sync back-off (10 s, R12.9).
+                        warn!(error = %e.message, "creating the sandbox failed; retrying");
+                        return Ok(Some(now_ns() + 10_000_000_000));
+                    }
                 }
-                Err(e) => {
-                    // Retried after the kubelet's sync back-off (10 s, R12.9).
-                    warn!(error = %e.message, "creating the sandbox failed; retrying");
-                    return Ok(Some(now_ns() + 10_000_000_000));
-                }
-            },
+            }
             None => match observed.sandbox() {
                 Some(s) => (s.id.clone(), s.ips.clone(), s.attempt),
                 None => return Ok(None),
