@@ -335,7 +335,9 @@ async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
         Some(c) => Some(crilet::cluster::connect(&c.config, &registry).await?),
         None => None,
     };
-    let cri = CriClient::new(&s.runtime_endpoint, &s.image_endpoint).context("configuring the CRI client")?;
+    let cri = CriClient::new(&s.runtime_endpoint, &s.image_endpoint)
+        .context("configuring the CRI client")?
+        .with_status_cache();
     service.starting("waiting for the runtime");
     let Some(runtime) = wait_for_runtime(&cri, &s.runtime_endpoint, &cancel).await else { return Ok(()) };
 

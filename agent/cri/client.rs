@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
@@ -15,6 +16,7 @@ use super::api::image_service_client::ImageServiceClient;
 use super::api::runtime_service_client::RuntimeServiceClient;
 use super::brief::{BriefContainers, BriefSandboxes, RuntimeBrief};
 use super::convert::{container_from_status, sandbox_from_status};
+use super::status_cache::{Listed, StatusCache};
 use crate::model::{ObservedContainer, ObservedPod, ObservedSandbox, keys};
 
 /// Deadline for quick calls (list, status, create, start, remove).
@@ -49,6 +51,10 @@ pub struct CriClient {
     /// The runtime service's channel itself, for calls decoded into other messages (`brief.rs`).
     runtime_channel: Channel,
     images: ImageServiceClient<Channel>,
+    /// Each pod's statuses, reused while its lists show the same (`status_cache.rs`); only the
+    /// agent's own client has one (`with_status_cache`), so that a test's or a tool's client
+    /// reads every status.
+    statuses: Option<Arc<StatusCache>>,
 }
 
 fn socket_path(endpoint: &str) -> Result<PathBuf, CriError> {
@@ -111,7 +117,14 @@ impl CriClient {
             RuntimeServiceClient::new(runtime_channel.clone()).max_decoding_message_size(MAX_MESSAGE);
         let images =
             ImageServiceClient::new(lazy_channel(image_endpoint)?).max_decoding_message_size(MAX_MESSAGE);
-        Ok(Self { endpoint: runtime_endpoint.to_string(), runtime, runtime_channel, images })
+        Ok(Self { endpoint: runtime_endpoint.to_string(), runtime, runtime_channel, images, statuses: None })
+    }
+
+    /// This client, reusing each pod's statuses while its lists show the same objects in the same
+    /// states (`status_cache.rs`): the agent's, whose own resource updates are the only ones.
+    pub fn with_status_cache(mut self) -> Self {
+        self.statuses = Some(Arc::default());
+        self
     }
 
     async fn call<T, F>(
@@ -279,10 +292,18 @@ impl CriClient {
     }
 
     /// Full state of one pod UID (R1.15): sandboxes and containers with their statuses, newest
-    /// first. Objects that vanish between list and status are skipped.
+    /// first. Objects that vanish between list and status are skipped. The statuses are those
+    /// last read while the lists show the pod's objects unchanged (`status_cache.rs`).
     pub async fn observe(&self, uid: &str) -> Result<ObservedPod, CriError> {
+        let since = self.statuses.as_ref().map(|c| c.generation());
         let (sandboxes, containers) = self.list_all(Some((keys::POD_UID, uid))).await?;
+        let listed = Listed::new(&sandboxes, &containers);
         let mut observed = ObservedPod { uid: uid.to_string(), ..Default::default() };
+        if let Some((sandboxes, containers)) = self.statuses.as_ref().and_then(|c| c.reuse(uid, &listed)) {
+            observed.sandboxes = sandboxes;
+            observed.containers = containers;
+            return Ok(observed);
+        }
         // Only what can really have been removed since the list (a not-ready sandbox, an exited
         // container) is skipped on NotFound; for a ready sandbox or a live container it is an
         // error, and the sync is retried: dropping it would start a second copy of it.
@@ -310,6 +331,9 @@ impl CriClient {
         }
         observed.sandboxes.sort_by_key(|s| std::cmp::Reverse(s.created_at));
         observed.containers.sort_by_key(|c| std::cmp::Reverse(c.created_at));
+        if let (Some(cache), Some(since)) = (&self.statuses, since) {
+            cache.keep(since, listed, &observed);
+        }
         Ok(observed)
     }
 
@@ -483,21 +507,27 @@ impl CriClient {
         linux: api::LinuxContainerResources,
     ) -> Result<(), CriError> {
         let mut c = self.runtime.clone();
-        self.call(
-            "UpdateContainerResources",
-            id,
-            CALL_TIMEOUT,
-            c.update_container_resources(req(
-                api::UpdateContainerResourcesRequest {
-                    container_id: id.to_string(),
-                    linux: Some(linux),
-                    ..Default::default()
-                },
+        // The resources the runtime reports change: its pod's statuses are asked for again.
+        let forget = || self.statuses.iter().for_each(|c| c.forget_container(id));
+        forget();
+        let r = self
+            .call(
+                "UpdateContainerResources",
+                id,
                 CALL_TIMEOUT,
-            )),
-        )
-        .await
-        .map(drop)
+                c.update_container_resources(req(
+                    api::UpdateContainerResourcesRequest {
+                        container_id: id.to_string(),
+                        linux: Some(linux),
+                        ..Default::default()
+                    },
+                    CALL_TIMEOUT,
+                )),
+            )
+            .await
+            .map(drop);
+        forget();
+        r
     }
 
     /// `RemoveContainer`; NotFound counts as removed.

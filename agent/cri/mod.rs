@@ -8,6 +8,7 @@ mod brief;
 mod client;
 mod convert;
 pub mod signal;
+mod status_cache;
 
 pub use brief::{Brief, RuntimeBrief};
 pub use client::{CriClient, RuntimeInfo, StreamingRequest};
