@@ -12,8 +12,9 @@ pub const TIMESTAMP_FORMAT: &str = "%Y%m%d-%H%M%S";
 /// What one pass does with one container log.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct RotationPlan {
-    /// Leftovers of an interrupted pass, removed on every pass: `.tmp` files, and rotated files
-    /// whose `.gz` already exists (compressed, but the original was not removed).
+    /// Leftovers of an interrupted pass, removed by the next pass that finds the log due (as
+    /// the kubelet's `cleanupUnusedLogs`): `.tmp` files, and rotated files whose `.gz` already
+    /// exists (compressed, but the original was not removed).
     pub unused: Vec<String>,
     pub action: Action,
 }
@@ -47,13 +48,13 @@ pub fn plan(
     max_files: usize,
     stamp: &str,
 ) -> RotationPlan {
+    if size < max_size {
+        return RotationPlan::default();
+    }
     let prefix = format!("{log}.");
     let rotated: Vec<&str> = siblings.iter().map(String::as_str).filter(|n| n.starts_with(&prefix)).collect();
     let (mut in_use, unused): (Vec<&str>, Vec<&str>) = rotated.iter().partition(|n| is_in_use(n, &rotated));
     let unused: Vec<String> = unused.into_iter().map(str::to_string).collect();
-    if size < max_size {
-        return RotationPlan { unused, action: Action::Keep };
-    }
     let rename_to = format!("{log}.{stamp}");
     let compressed = format!("{rename_to}{COMPRESS_SUFFIX}");
     if let Some(taken) = in_use.iter().find(|n| **n == rename_to || **n == compressed) {

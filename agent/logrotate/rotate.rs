@@ -1,5 +1,5 @@
-//! The I/O of one container's rotation pass: status, stat, directory listing, then the plan's
-//! removals and compressions (on a blocking thread), the rename and the runtime's reopen.
+//! The I/O of one container's rotation pass: status, stat and, for a log due, the directory
+//! listing, then the plan's removals and compressions (on a blocking thread), the rename and the runtime's reopen.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufWriter};
@@ -113,6 +113,12 @@ async fn try_check(
         }
         Err(e) => return Err(io_err("stat", &path)(e)),
     };
+    // Below the limit nothing is listed: as the kubelet does, an interrupted pass's leftovers
+    // are removed when the log is next due (220 containers would otherwise cost 22 directory
+    // reads a second at the default interval).
+    if size < policy.max_size {
+        return Ok(());
+    }
     let siblings = list_names(dir)?;
     let stamp = jiff::Zoned::now().strftime(TIMESTAMP_FORMAT).to_string();
     let p = plan::plan(name, &siblings, size, policy.max_size, policy.max_files, &stamp);
