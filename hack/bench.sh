@@ -23,7 +23,7 @@
 # cores.
 # Environment: the benchmarks' knobs pass through, e.g. CRILET_BENCH_SEQ_PODS,
 #   CRILET_BENCH_BURST_PODS, CRILET_BENCH_BURST_ROUNDS, CRILET_BENCH_SCALE_PODS,
-#   CRILET_BENCH_SCALE_WINDOW, CRILET_BENCH_TERM_RUNS, CRILET_BENCH_TERM_GRACE (benches/node/main.rs)
+#   CRILET_BENCH_SCALE_WINDOW, CRILET_BENCH_SCALE_PROBES, CRILET_BENCH_TERM_RUNS, CRILET_BENCH_TERM_GRACE (benches/node/main.rs)
 #   and CRILET_BENCH_RESTARTS (benches/restart.rs).
 # Output: progress on stderr; the report; each benchmark's own output kept in
 # /var/lib/crilet-dev/bench/.

@@ -33,6 +33,7 @@
 //!   CRILET_BENCH_BURST_ROUNDS rounds of start-burst, per side [5]
 //!   CRILET_BENCH_SCALE_PODS  pods of scale [110]
 //!   CRILET_BENCH_SCALE_WINDOW steady window of scale, seconds [60]
+//!   CRILET_BENCH_SCALE_PROBES 0: scale's pods without probes, a diagnostic [1]
 //!   CRILET_BENCH_TERM_RUNS   runs per case of terminate [5]
 //!   CRILET_BENCH_TERM_GRACE  terminationGracePeriodSeconds of terminate [3]
 //!   CRILET_BENCH_JSON        where to write the JSON summary [none]

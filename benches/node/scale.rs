@@ -14,12 +14,17 @@ const READY_POLL: Duration = Duration::from_millis(250);
 /// The probes' period.
 const PERIOD: Duration = Duration::from_secs(10);
 
+/// Whether the pods have their readiness probes (`CRILET_BENCH_SCALE_PROBES=0`: none, and no
+/// ExecSync in the baseline; a diagnostic that separates the probes' load from the agent's).
+fn probes() -> bool {
+    env_num("CRILET_BENCH_SCALE_PROBES", 1) != 0
+}
+
 fn manifest(name: &str, namespace: &str, image: &str) -> String {
+    let probe =
+        if probes() { "    readinessProbe: {exec: {command: [\"true\"]}, periodSeconds: 10}\n" } else { "" };
     let c = |n: &str, extra: &str| {
-        format!(
-            "  - name: {n}\n    image: {image}\n{extra}    command: [sh, -c, \"{CMD}\"]\n    \
-             readinessProbe: {{exec: {{command: [\"true\"]}}, periodSeconds: 10}}\n"
-        )
+        format!("  - name: {n}\n    image: {image}\n{extra}    command: [sh, -c, \"{CMD}\"]\n{probe}")
     };
     format!(
         "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: {namespace}}}\nspec:\n  \
@@ -53,7 +58,7 @@ async fn raw_run(ctx: &Ctx, names: &[String], limit: Duration) -> (f64, f64) {
             let (cri, node, image_ref) = (ctx.cri.clone(), node.clone(), ctx.image_ref.clone());
             tokio::spawn(async move {
                 let (sb, ids) = raw::start_pod(&cri, &node, &d, &image_ref).await;
-                for id in &ids {
+                for id in ids.iter().filter(|_| probes()) {
                     let (code, _) = cri
                         .exec_sync(id, vec!["true".into()], Duration::from_secs(1))
                         .await
@@ -201,7 +206,11 @@ pub async fn run(ctx: &Ctx) -> Scenario {
     };
     Scenario {
         id: "scale".into(),
-        title: format!("{n} pods, {} containers, {} exec readiness probes", 2 * n, 2 * n),
+        title: if probes() {
+            format!("{n} pods, {} containers, {} exec readiness probes", 2 * n, 2 * n)
+        } else {
+            format!("{n} pods, {} containers, no probes (diagnostic: CRILET_BENCH_SCALE_PROBES=0)", 2 * n)
+        },
         how: format!(
             "Each pod: a native sidecar (init container, restartPolicy Always) and an app, both busybox shell \
              loops with an exec readiness probe (`true`, period 10 s). Baseline: all {n} raw CRI sequences at once \
