@@ -507,6 +507,10 @@ async fn preflight(args: RunArgs) -> i32 {
     if report.passed() { 0 } else { 1 }
 }
 
+/// jemalloc, not glibc's malloc: less memory held at rest (see Cargo.toml).
+#[global_allocator]
+static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[tokio::main]
 async fn main() {
     {
