@@ -101,11 +101,15 @@ RUNTIME_21="containerd $(env_value CRILET_RUNTIME_VERSION)"
 
 cd "$REPO_ROOT"
 # The agent measured is the binary users ship (`cargo build --release`, whole-program LTO); the
-# harnesses themselves are built with the bench profile, which skips LTO to build faster.
+# harnesses themselves are built with the bench profile, which skips LTO to build faster. Both
+# profiles write target/release/crilet (building a bench builds the package's binary too), so
+# the release binary is copied aside before the harnesses are built.
 if [ -z "${CRILET_BENCH_BIN:-}" ]; then
     log "building the agent (release profile): cargo build --release --bin crilet"
     cargo build --release --bin crilet
-    export CRILET_BENCH_BIN="${CARGO_TARGET_DIR:-$REPO_ROOT/target}/release/crilet"
+    mkdir -p "$WORK"
+    cp "${CARGO_TARGET_DIR:-$REPO_ROOT/target}/release/crilet" "$WORK/crilet-release"
+    export CRILET_BENCH_BIN="$WORK/crilet-release"
 fi
 log "agent under test: $CRILET_BENCH_BIN"
 log "building the harnesses (bench profile): cargo bench --no-run --bench node --bench restart"

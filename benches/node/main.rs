@@ -39,6 +39,7 @@
 //!   CRILET_BENCH_JSON        where to write the JSON summary [none]
 
 mod agent;
+mod cpu;
 mod events;
 mod raw;
 mod report;

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::report::{Row, Scenario, ratio_row};
 use crate::start::{Observe, RAW, keys, observed_by, spawn_wait};
-use crate::{Ctx, NS, RAW_NS, env_num, ms, raw};
+use crate::{Ctx, NS, RAW_NS, cpu, env_num, ms, raw};
 
 const CMD: &str = "trap 'exit 0' TERM; while true; do sleep 1; done";
 /// How often crilet's status is read for readiness (only while waiting for it).
@@ -43,14 +43,18 @@ fn clk_tck() -> f64 {
         .unwrap_or(100.0)
 }
 
+/// CPU seconds from t0 to all Ready: the machine's, then by process group (`cpu.rs`).
+type Cpu = (f64, Vec<f64>);
+
 /// The baseline: every pod at once, each pod's sequence in order (raw.rs), then one `ExecSync`
 /// of the probe command per container (its first readiness probe). Returns (all running, all
-/// "ready") in ms from the first call.
-async fn raw_run(ctx: &Ctx, names: &[String], limit: Duration) -> (f64, f64) {
+/// "ready") in ms from the first call, and the CPU spent until then.
+async fn raw_run(ctx: &Ctx, names: &[String], limit: Duration) -> (f64, f64, Cpu) {
     let node = raw::node(&ctx.dir.join("scale"));
     let pods: Vec<_> = names.iter().map(|n| raw::desired(RAW_NS, &manifest(n, RAW_NS, &ctx.image))).collect();
     let waiter =
         spawn_wait(ctx, RAW_NS, keys(names, &["side", "app"]), Instant::now() + limit, Observe::List);
+    let cpu0 = cpu::shot();
     let t0 = Instant::now();
     let tasks: Vec<_> = pods
         .into_iter()
@@ -76,14 +80,16 @@ async fn raw_run(ctx: &Ctx, names: &[String], limit: Duration) -> (f64, f64) {
         sandboxes.push(sb);
         ready = ready.max(at);
     }
+    let cpu = cpu::spent(&cpu0, &cpu::shot(), clk_tck());
     let started = waiter.await.expect("waiting for the raw pods").into_values().max().unwrap_or(t0);
     eprintln!(
-        "  raw: all running {:.1} s, all probed once {:.1} s",
+        "  raw: all running {:.1} s, all probed once {:.1} s, {:.1} CPU-s",
         (started - t0).as_secs_f64(),
-        (ready - t0).as_secs_f64()
+        (ready - t0).as_secs_f64(),
+        cpu.0
     );
     raw::remove_pods(&ctx.cri, sandboxes).await;
-    (ms(started - t0), ms(ready - t0))
+    (ms(started - t0), ms(ready - t0), cpu)
 }
 
 fn all_ready(pods: &[serde_json::Value], n: usize) -> bool {
@@ -111,13 +117,14 @@ async fn crilet_run(
     names: &[String],
     limit: Duration,
     window: Option<Duration>,
-) -> (f64, f64, Option<Cost>) {
+) -> (f64, f64, Cpu, Option<Cost>) {
     let agent = ctx.agent("scale").await;
     // Pods added to a node that has been running: within its first probe period a (re)started
     // agent, like the kubelet, delays each probe's first run by a random part of the period so
     // that probes do not all fire at once; that start-up spread is not what is measured here.
     tokio::time::sleep(PERIOD + Duration::from_secs(1)).await;
     let waiter = spawn_wait(ctx, NS, keys(names, &["side", "app"]), Instant::now() + limit, Observe::List);
+    let cpu0 = cpu::shot();
     let t0 = agent.write_all(names.iter().map(|n| (n.as_str(), manifest(n, NS, &ctx.image))));
     let started = waiter.await.expect("waiting for crilet's pods").into_values().max().unwrap_or(t0);
     let deadline = t0 + limit;
@@ -130,14 +137,16 @@ async fn crilet_run(
         assert!(at < deadline, "crilet's pods not all Ready in {limit:?}");
         tokio::time::sleep(READY_POLL).await;
     };
+    let cpu = cpu::spent(&cpu0, &cpu::shot(), clk_tck());
     eprintln!(
-        "  crilet: all running {:.1} s, all Ready {:.1} s",
+        "  crilet: all running {:.1} s, all Ready {:.1} s, {:.1} CPU-s",
         (started - t0).as_secs_f64(),
         (ready - t0).as_secs_f64(),
+        cpu.0
     );
     let Some(window) = window else {
         agent.stop(&ctx.cri, NS).await;
-        return (ms(started - t0), ms(ready - t0), None);
+        return (ms(started - t0), ms(ready - t0), cpu, None);
     };
     // Let the start's tail (status writes, first probe round) pass first.
     tokio::time::sleep(Duration::from_secs(5)).await;
@@ -171,7 +180,7 @@ async fn crilet_run(
         not_ready,
     };
     agent.stop(&ctx.cri, NS).await;
-    (ms(started - t0), ms(ready - t0), Some(cost))
+    (ms(started - t0), ms(ready - t0), cpu, Some(cost))
 }
 
 pub async fn run(ctx: &Ctx) -> Scenario {
@@ -183,10 +192,19 @@ pub async fn run(ctx: &Ctx) -> Scenario {
     let (mut raw_run_ms, mut raw_ready_ms, mut cri_run_ms, mut cri_ready_ms) =
         (vec![], vec![], vec![], vec![]);
     let mut cost = None;
+    // [machine, each group of cpu::GROUPS], per round.
+    let (mut raw_cpu, mut cri_cpu) =
+        (vec![vec![]; cpu::GROUPS.len() + 1], vec![vec![]; cpu::GROUPS.len() + 1]);
     for r in 0..rounds {
-        let (a, b) = raw_run(ctx, &names, limit).await;
+        let (a, b, rc) = raw_run(ctx, &names, limit).await;
         let last = r + 1 == rounds;
-        let (c, d, k) = crilet_run(ctx, &names, limit, last.then_some(window)).await;
+        let (c, d, cc, k) = crilet_run(ctx, &names, limit, last.then_some(window)).await;
+        for (i, v) in std::iter::once(rc.0).chain(rc.1).enumerate() {
+            raw_cpu[i].push(v);
+        }
+        for (i, v) in std::iter::once(cc.0).chain(cc.1).enumerate() {
+            cri_cpu[i].push(v);
+        }
         eprintln!("  round {r}: all running {:.2}×, all Ready {:.2}×", c / a, d / b);
         raw_run_ms.push(a);
         raw_ready_ms.push(b);
@@ -238,6 +256,7 @@ pub async fn run(ctx: &Ctx) -> Scenario {
                 Some(1.05),
             ),
             ratio_row(&format!("t0 → all {n} pods Ready"), &raw_ready_ms, &cri_ready_ms, "ms", Some(1.10)),
+            ratio_row("machine CPU, t0 → all Ready", &raw_cpu[0], &cri_cpu[0], "CPU-s", None),
             one(
                 "crilet RSS in the window (VmRSS, max)",
                 format!("{:.1} MiB", mib(cost.rss_max_kib)),
@@ -260,10 +279,29 @@ pub async fn run(ctx: &Ctx) -> Scenario {
                 cost.cpu_pct,
             ),
         ],
-        notes: vec![format!(
-            "After the window: {} container restarts (expected 0), {} pods not Ready (expected 0).",
-            cost.restarts, cost.not_ready
-        )],
+        notes: vec![
+            cpu_note(&raw_cpu, &cri_cpu),
+            format!(
+                "After the window: {} container restarts (expected 0), {} pods not Ready (expected 0).",
+                cost.restarts, cost.not_ready
+            ),
+        ],
         ..Default::default()
     }
+}
+
+/// The machine's CPU from t0 to all Ready, by process group (medians of the rounds).
+fn cpu_note(raw: &[Vec<f64>], crilet: &[Vec<f64>]) -> String {
+    use crate::report::median;
+    let parts: Vec<String> = cpu::GROUPS
+        .iter()
+        .enumerate()
+        .map(|(i, g)| format!("{g} {:.1} / {:.1}", median(&raw[i + 1]), median(&crilet[i + 1])))
+        .collect();
+    format!(
+        "Where the machine's CPU went from t0 to all Ready, CPU-s, baseline / crilet (utime+stime of each \
+         process and of the children it reaped, from /proc): {}; the rest of the machine's busy time is the \
+         pods' own processes, the kernel and the rest of the system.",
+        parts.join("; ")
+    )
 }

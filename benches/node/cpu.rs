@@ -1,0 +1,73 @@
+//! Where a start's CPU goes on the machine: snapshots of /proc before and after, by process
+//! group. Every process's utime + stime + cutime + cstime, so a short-lived `runc` reaped by its
+//! shim counts in the shim; a process that started in between counts from zero; one that ended
+//! in between and was reaped by nobody alive at the end is missed (the rest of the machine row
+//! still has it: that is /proc/stat's busy time).
+
+use std::collections::HashMap;
+
+/// The groups reported.
+pub const GROUPS: [&str; 4] =
+    ["containerd", "containerd-shim and runc", "crilet (the agent)", "the benchmark itself (the raw client)"];
+
+#[derive(Default)]
+pub struct Shot {
+    /// Busy clock ticks of the whole machine (/proc/stat: all but idle and iowait).
+    busy: u64,
+    /// (pid, start time) → (group index, ticks).
+    procs: HashMap<(u32, u64), (Option<usize>, u64)>,
+}
+
+fn group_of(comm: &str) -> Option<usize> {
+    match comm {
+        "containerd" => Some(0),
+        c if c.starts_with("containerd-shim") || c.starts_with("runc") => Some(1),
+        c if c.starts_with("crilet") => Some(2),
+        // The bench binary `node-<hash>` (a name cut to 15 characters).
+        c if c.starts_with("node-") => Some(3),
+        _ => None,
+    }
+}
+
+pub fn shot() -> Shot {
+    let mut s = Shot::default();
+    if let Ok(stat) = std::fs::read_to_string("/proc/stat") {
+        let f: Vec<u64> = stat
+            .lines()
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .skip(1)
+            .filter_map(|v| v.parse().ok())
+            .collect();
+        // user nice system idle iowait irq softirq steal
+        s.busy = f.iter().enumerate().filter(|(i, _)| !matches!(i, 3 | 4)).take(7).map(|(_, v)| v).sum();
+    }
+    let Ok(dir) = std::fs::read_dir("/proc") else { return s };
+    for e in dir.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|p| p.parse::<u32>().ok()) else { continue };
+        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        let (Some(open), Some(close)) = (text.find('('), text.rfind(')')) else { continue };
+        let comm = &text[open + 1..close];
+        // Fields after the command start at the state, field 3.
+        let f: Vec<u64> = text[close + 2..].split_whitespace().map(|v| v.parse().unwrap_or(0)).collect();
+        if f.len() < 20 {
+            continue;
+        }
+        let ticks = f[11] + f[12] + f[13] + f[14];
+        s.procs.insert((pid, f[19]), (group_of(comm), ticks));
+    }
+    s
+}
+
+/// CPU seconds between `before` and `after`: the machine's, then each of [`GROUPS`].
+pub fn spent(before: &Shot, after: &Shot, tck: f64) -> (f64, Vec<f64>) {
+    let mut groups = vec![0u64; GROUPS.len()];
+    for (k, (g, ticks)) in &after.procs {
+        let Some(g) = g else { continue };
+        let was = before.procs.get(k).map_or(0, |(_, t)| *t);
+        groups[*g] += ticks.saturating_sub(was);
+    }
+    let secs = |t: u64| t as f64 / tck;
+    (secs(after.busy.saturating_sub(before.busy)), groups.into_iter().map(secs).collect())
+}
