@@ -33,8 +33,9 @@ done
 # ------------------------------------------------------------------------------------------
 # Packages
 # ------------------------------------------------------------------------------------------
+# gcc and make build jemalloc, the agent's allocator (tikv-jemalloc-sys), from its C sources.
 PACKAGES=(containerd runc containernetworking-plugins docker-registry skopeo umoci
-    busybox-static catatonit protobuf-compiler iproute2 iptables curl jq)
+    busybox-static catatonit protobuf-compiler iproute2 iptables curl jq gcc make)
 
 install_packages() {
     local missing=() p
