@@ -258,8 +258,10 @@ impl CriClient {
                 CALL_TIMEOUT,
             )),
         );
-        let (sandboxes, containers) = futures::future::try_join(sandboxes, containers).await?;
-        Ok((sandboxes.items, containers.containers))
+        // Both answers are awaited, not the first error only: a call dropped half-way would be
+        // missing from kubelet_runtime_operations_* (counted when it ends).
+        let (sandboxes, containers) = futures::future::join(sandboxes, containers).await;
+        Ok((sandboxes?.items, containers?.containers))
     }
 
     /// Every sandbox and container, decoded only as far as the relist needs (`brief.rs`): the
@@ -287,7 +289,8 @@ impl CriClient {
                 api::ListContainersRequest::default(),
             ),
         );
-        let (sandboxes, containers) = futures::future::try_join(sandboxes, containers).await?;
+        let (sandboxes, containers) = futures::future::join(sandboxes, containers).await;
+        let (sandboxes, containers) = (sandboxes?, containers?);
         Ok(RuntimeBrief { sandboxes: sandboxes.into_briefs(), containers: containers.into_briefs() })
     }
 
