@@ -1,5 +1,6 @@
 //! The I/O of one container's rotation pass: status, stat and, for a log due, the directory
-//! listing, then the plan's removals and compressions (on a blocking thread), the rename and the runtime's reopen.
+//! listing, then the plan's removals and compressions (on a blocking thread), the rename and
+//! the runtime's reopen.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufWriter};

@@ -40,8 +40,8 @@ pub fn shot() -> Shot {
             .skip(1)
             .filter_map(|v| v.parse().ok())
             .collect();
-        // user nice system idle iowait irq softirq steal
-        s.busy = f.iter().enumerate().filter(|(i, _)| !matches!(i, 3 | 4)).take(7).map(|(_, v)| v).sum();
+        // user nice system idle iowait irq softirq steal (guest time is inside user already)
+        s.busy = f.iter().take(8).enumerate().filter(|(i, _)| !matches!(i, 3 | 4)).map(|(_, v)| v).sum();
     }
     let Ok(dir) = std::fs::read_dir("/proc") else { return s };
     for e in dir.flatten() {
