@@ -46,50 +46,91 @@ fn clk_tck() -> f64 {
 /// CPU seconds from t0 to all Ready: the machine's, then by process group (`cpu.rs`).
 type Cpu = (f64, Vec<f64>);
 
-/// The baseline: every pod at once, each pod's sequence in order (raw.rs), then one `ExecSync`
-/// of the probe command per container (its first readiness probe). Returns (all running, all
-/// "ready") in ms from the first call, and the CPU spent until then.
-async fn raw_run(ctx: &Ctx, names: &[String], limit: Duration) -> (f64, f64, Cpu) {
+/// How the baseline probes.
+#[derive(Clone, Copy, PartialEq)]
+enum RawProbes {
+    /// One `ExecSync` of the probe command per container: its first readiness probe.
+    Once,
+    /// The same, then one every period until every container has had its first: the calls a
+    /// kubelet makes (a probe at once when the container runs, then one per period).
+    Schedule,
+}
+
+async fn probe(cri: &crilet::cri::CriClient, id: &str) {
+    let (code, _) = cri
+        .exec_sync(id, vec!["true".into()], Duration::from_secs(1))
+        .await
+        .expect("ExecSync of the probe command");
+    assert_eq!(code, 0, "the probe command failed in the baseline");
+}
+
+/// The baseline: every pod at once, each pod's sequence in order (raw.rs), then the probes as
+/// `how` says. Returns (all running, all "ready": the last first probe returned) in ms from the
+/// first call, the CPU spent until then, and how many periodic probes ran.
+async fn raw_run(ctx: &Ctx, names: &[String], limit: Duration, how: RawProbes) -> (f64, f64, Cpu, usize) {
     let node = raw::node(&ctx.dir.join("scale"));
     let pods: Vec<_> = names.iter().map(|n| raw::desired(RAW_NS, &manifest(n, RAW_NS, &ctx.image))).collect();
     let waiter =
         spawn_wait(ctx, RAW_NS, keys(names, &["side", "app"]), Instant::now() + limit, Observe::List);
+    let (stop, stopped) = tokio::sync::watch::channel(false);
     let cpu0 = cpu::shot();
     let t0 = Instant::now();
     let tasks: Vec<_> = pods
         .into_iter()
         .map(|d| {
             let (cri, node, image_ref) = (ctx.cri.clone(), node.clone(), ctx.image_ref.clone());
+            let stopped = stopped.clone();
             tokio::spawn(async move {
                 let (sb, ids) = raw::start_pod(&cri, &node, &d, &image_ref).await;
-                for id in ids.iter().filter(|_| probes()) {
-                    let (code, _) = cri
-                        .exec_sync(id, vec!["true".into()], Duration::from_secs(1))
-                        .await
-                        .expect("ExecSync of the probe command");
-                    assert_eq!(code, 0, "the probe command failed in the baseline");
+                let mut periodic = Vec::new();
+                for id in ids.into_iter().filter(|_| probes()) {
+                    probe(&cri, &id).await;
+                    if how == RawProbes::Schedule {
+                        let (cri, mut stopped) = (cri.clone(), stopped.clone());
+                        periodic.push(tokio::spawn(async move {
+                            let mut tick =
+                                tokio::time::interval_at(tokio::time::Instant::now() + PERIOD, PERIOD);
+                            let mut n = 0;
+                            loop {
+                                tokio::select! {
+                                    _ = stopped.wait_for(|s| *s) => return n,
+                                    _ = tick.tick() => {}
+                                }
+                                probe(&cri, &id).await;
+                                n += 1;
+                            }
+                        }));
+                    }
                 }
-                (sb, Instant::now())
+                (sb, Instant::now(), periodic)
             })
         })
         .collect();
     let mut sandboxes = Vec::new();
+    let mut periodic = Vec::new();
     let mut ready = t0;
     for t in tasks {
-        let (sb, at) = t.await.expect("raw pod start");
+        let (sb, at, p) = t.await.expect("raw pod start");
         sandboxes.push(sb);
+        periodic.extend(p);
         ready = ready.max(at);
     }
     let cpu = cpu::spent(&cpu0, &cpu::shot(), clk_tck());
+    let _ = stop.send(true);
+    let mut extra = 0;
+    for p in periodic {
+        extra += p.await.expect("periodic probes");
+    }
     let started = waiter.await.expect("waiting for the raw pods").into_values().max().unwrap_or(t0);
     eprintln!(
-        "  raw: all running {:.1} s, all probed once {:.1} s, {:.1} CPU-s",
+        "  raw ({}): all running {:.1} s, all probed once {:.1} s, {extra} periodic probes, {:.1} CPU-s",
+        if how == RawProbes::Once { "probes once" } else { "probes on schedule" },
         (started - t0).as_secs_f64(),
         (ready - t0).as_secs_f64(),
         cpu.0
     );
     raw::remove_pods(&ctx.cri, sandboxes).await;
-    (ms(started - t0), ms(ready - t0), cpu)
+    (ms(started - t0), ms(ready - t0), cpu, extra)
 }
 
 fn all_ready(pods: &[serde_json::Value], n: usize) -> bool {
@@ -191,20 +232,29 @@ pub async fn run(ctx: &Ctx) -> Scenario {
     let names: Vec<String> = (0..n).map(|i| format!("scale-{i}")).collect();
     let (mut raw_run_ms, mut raw_ready_ms, mut cri_run_ms, mut cri_ready_ms) =
         (vec![], vec![], vec![], vec![]);
+    let (mut sched_run_ms, mut sched_ready_ms, mut sched_probes) = (vec![], vec![], vec![]);
     let mut cost = None;
     // [machine, each group of cpu::GROUPS], per round.
-    let (mut raw_cpu, mut cri_cpu) =
-        (vec![vec![]; cpu::GROUPS.len() + 1], vec![vec![]; cpu::GROUPS.len() + 1]);
+    let groups = || vec![vec![]; cpu::GROUPS.len() + 1];
+    let (mut raw_cpu, mut sched_cpu, mut cri_cpu) = (groups(), groups(), groups());
+    let push = |to: &mut Vec<Vec<f64>>, c: Cpu| {
+        for (i, v) in std::iter::once(c.0).chain(c.1).enumerate() {
+            to[i].push(v);
+        }
+    };
     for r in 0..rounds {
-        let (a, b, rc) = raw_run(ctx, &names, limit).await;
+        let (a, b, rc, _) = raw_run(ctx, &names, limit, RawProbes::Once).await;
+        push(&mut raw_cpu, rc);
+        if probes() {
+            let (a, b, sc, n) = raw_run(ctx, &names, limit, RawProbes::Schedule).await;
+            push(&mut sched_cpu, sc);
+            sched_run_ms.push(a);
+            sched_ready_ms.push(b);
+            sched_probes.push(n as f64);
+        }
         let last = r + 1 == rounds;
         let (c, d, cc, k) = crilet_run(ctx, &names, limit, last.then_some(window)).await;
-        for (i, v) in std::iter::once(rc.0).chain(rc.1).enumerate() {
-            raw_cpu[i].push(v);
-        }
-        for (i, v) in std::iter::once(cc.0).chain(cc.1).enumerate() {
-            cri_cpu[i].push(v);
-        }
+        push(&mut cri_cpu, cc);
         eprintln!("  round {r}: all running {:.2}×, all Ready {:.2}×", c / a, d / b);
         raw_run_ms.push(a);
         raw_ready_ms.push(b);
@@ -222,7 +272,7 @@ pub async fn run(ctx: &Ctx) -> Scenario {
         crilet_samples: vec![sample],
         ..Default::default()
     };
-    Scenario {
+    let mut scenario = Scenario {
         id: "scale".into(),
         title: if probes() {
             format!("{n} pods, {} containers, {} exec readiness probes", 2 * n, 2 * n)
@@ -280,18 +330,57 @@ pub async fn run(ctx: &Ctx) -> Scenario {
             ),
         ],
         notes: vec![
-            cpu_note(&raw_cpu, &cri_cpu),
+            cpu_note("", &raw_cpu, &cri_cpu),
             format!(
                 "After the window: {} container restarts (expected 0), {} pods not Ready (expected 0).",
                 cost.restarts, cost.not_ready
             ),
         ],
         ..Default::default()
+    };
+    if probes() {
+        // The same calls as a kubelet's: what the agent adds beside the probes the pods ask for.
+        let also = "baseline also probing every period";
+        scenario.rows.extend([
+            ratio_row(
+                &format!("t0 → all {} containers running, {also}", 2 * n),
+                &sched_run_ms,
+                &cri_run_ms,
+                "ms",
+                None,
+            ),
+            ratio_row(
+                &format!("t0 → all {n} pods Ready, {also}"),
+                &sched_ready_ms,
+                &cri_ready_ms,
+                "ms",
+                None,
+            ),
+            ratio_row(
+                &format!("machine CPU, t0 → all Ready, {also}"),
+                &sched_cpu[0],
+                &cri_cpu[0],
+                "CPU-s",
+                None,
+            ),
+        ]);
+        scenario.notes.insert(
+            1,
+            format!(
+                "The rows \"{also}\" compare with a second baseline run in each round, before crilet's: the \
+                 same raw sequences and first probes, and from each container's first probe one ExecSync per \
+                 period until every container has had its first, as a kubelet probes (at once when the \
+                 container runs, then every period). It ran {:.0} periodic probes (median of the rounds). {}",
+                crate::report::median(&sched_probes),
+                cpu_note(" (that baseline)", &sched_cpu, &cri_cpu)
+            ),
+        );
     }
+    scenario
 }
 
 /// The machine's CPU from t0 to all Ready, by process group (medians of the rounds).
-fn cpu_note(raw: &[Vec<f64>], crilet: &[Vec<f64>]) -> String {
+fn cpu_note(which: &str, raw: &[Vec<f64>], crilet: &[Vec<f64>]) -> String {
     use crate::report::median;
     let parts: Vec<String> = cpu::GROUPS
         .iter()
@@ -299,7 +388,7 @@ fn cpu_note(raw: &[Vec<f64>], crilet: &[Vec<f64>]) -> String {
         .map(|(i, g)| format!("{g} {:.1} / {:.1}", median(&raw[i + 1]), median(&crilet[i + 1])))
         .collect();
     format!(
-        "Where the machine's CPU went from t0 to all Ready, CPU-s, baseline / crilet (utime+stime of each \
+        "Where the machine's CPU went from t0 to all Ready, CPU-s, baseline{which} / crilet (utime+stime of each \
          process and of the children it reaped, from /proc): {}; the rest of the machine's busy time is the \
          pods' own processes, the kernel and the rest of the system.",
         parts.join("; ")
