@@ -14,6 +14,10 @@
 #   --only LIST   run only these scenarios (comma-separated)
 #   --no-relist   never switch runtimes: skip restart-relist
 #   --out FILE    write the report to FILE instead of BENCHMARKS.md
+#   --cluster     run beside the control plane of hack/cluster.sh (started if it is not up), each
+#                 agent of the node scenarios joined to it as node bench-node, so its static pods
+#                 have mirror pods and its Node a status, as on a cluster's node. The baselines
+#                 run beside the same control plane.
 # The environment of hack/setup.sh is set up (containerd 2.1) if it is not up.
 # restart-relist switches the environment to containerd 1.6 (CRILET_RUNTIME=1.6 hack/setup.sh),
 # runs the restart benchmark there and switches back to 2.1 afterwards, also on failure or
@@ -23,7 +27,8 @@
 # cores.
 # Environment: the benchmarks' knobs pass through, e.g. CRILET_BENCH_SEQ_PODS,
 #   CRILET_BENCH_BURST_PODS, CRILET_BENCH_BURST_ROUNDS, CRILET_BENCH_SCALE_PODS,
-#   CRILET_BENCH_SCALE_WINDOW, CRILET_BENCH_SCALE_PROBES, CRILET_BENCH_TERM_RUNS, CRILET_BENCH_TERM_GRACE (benches/node/main.rs)
+#   CRILET_BENCH_SCALE_WINDOW, CRILET_BENCH_SCALE_PROBES, CRILET_BENCH_TERM_RUNS, CRILET_BENCH_TERM_GRACE (benches/node/main.rs),
+#   CRILET_BENCH_AGENT_ARGS (more flags for the agent, set by --cluster)
 #   and CRILET_BENCH_RESTARTS (benches/restart.rs).
 # Output: progress on stderr; the report; each benchmark's own output kept in
 # /var/lib/crilet-dev/bench/.
@@ -34,11 +39,13 @@ NODE_SCENARIOS=(start-seq start-burst scale terminate)
 only=""
 relist=1
 out=""
+cluster=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --only) [ $# -ge 2 ] || { echo "--only needs a list of scenarios" >&2; exit 2; }; only="$2"; shift 2 ;;
         --only=*) only="${1#--only=}"; shift ;;
         --no-relist) relist=0; shift ;;
+        --cluster) cluster=1; shift ;;
         --out) [ $# -ge 2 ] || { echo "--out needs a file" >&2; exit 2; }; out="$2"; shift 2 ;;
         --out=*) out="${1#--out=}"; shift ;;
         -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
@@ -114,6 +121,19 @@ fi
 log "agent under test: $CRILET_BENCH_BIN"
 log "building the harnesses (bench profile): cargo bench --no-run --bench node --bench restart"
 cargo bench --no-run --bench node --bench restart
+
+beside=""
+if [ "$cluster" = 1 ]; then
+    log "--cluster: the control plane of hack/cluster.sh beside, the agents joined as node bench-node"
+    bash "$HACK_DIR/cluster.sh" up
+    bash "$HACK_DIR/cluster.sh" node bench-node >"$WORK/bench-node.env"
+    node_var() { sed -n "s/^$1=//p" "$WORK/bench-node.env"; }
+    # Port 10391 on 127.0.0.1 for the agent's kubelet API (the tests' agents use others).
+    export CRILET_BENCH_AGENT_ARGS="--kubeconfig $(node_var CRILET_NODE_KUBECONFIG) --node-ip 127.0.0.1 \
+--port 10391 --tls-cert-file $(node_var CRILET_NODE_TLS_CERT) --tls-private-key-file $(node_var CRILET_NODE_TLS_KEY) \
+--client-ca-file $(node_var CRILET_CLUSTER_CA)"
+    beside="the control plane of hack/cluster.sh (Kubernetes $(sed -n 's/^CRILET_CLUSTER_VERSION=//p' "$CLUSTER_ENV_FILE")), crilet joined to it as node bench-node (\`--cluster\`)"
+fi
 
 failed=()
 node_list=()
@@ -263,6 +283,9 @@ fi
         echo "- Pods seen running (only through CRI), $(jq -r .observed_by "$WORK/node.json")"
     fi
     echo "- Scenarios run: ${wanted[*]}"
+    if [ -n "$beside" ]; then
+        echo "- Beside, on the same machine: $beside"
+    fi
     if [ "${#failed[@]}" -gt 0 ]; then
         echo "- **Failed:** ${failed[*]} (see the script's output)"
     fi

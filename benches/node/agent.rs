@@ -53,6 +53,9 @@ impl Agent {
             .arg("--control-socket")
             .arg(&socket)
             .args(["--node-name", "bench-node"])
+            // CRILET_BENCH_AGENT_ARGS: more flags, split on whitespace (e.g. to join a cluster
+            // as node bench-node: --kubeconfig and the rest that cluster mode takes).
+            .args(std::env::var("CRILET_BENCH_AGENT_ARGS").unwrap_or_default().split_whitespace())
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

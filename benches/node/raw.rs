@@ -88,6 +88,17 @@ pub async fn start_pod(
     d: &DesiredPod,
     image_ref: &str,
 ) -> (String, Vec<String>) {
+    start_pod_each(cri, node, d, image_ref, |_| {}).await
+}
+
+/// [`start_pod`], calling `started` with each container's id as soon as it has started.
+pub async fn start_pod_each(
+    cri: &CriClient,
+    node: &NodeConfig,
+    d: &DesiredPod,
+    image_ref: &str,
+    mut started: impl FnMut(&str),
+) -> (String, Vec<String>) {
     let spec = d.pod.spec.as_ref().expect("pod spec");
     mkdir(&pod_log_dir(node, d));
     mkdir(&pod_dir(node, &d.uid));
@@ -110,6 +121,7 @@ pub async fn start_pod(
         let cfg = container_config(node, d, c, kind, &rv, mounts).expect("container config");
         let id = cri.create_container(&sb, cfg, sb_cfg.clone()).await.expect("CreateContainer");
         cri.start_container(&id).await.expect("StartContainer");
+        started(&id);
         ids.push(id);
     }
     (sb, ids)

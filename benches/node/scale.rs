@@ -67,7 +67,12 @@ async fn probe(cri: &crilet::cri::CriClient, id: &str) {
 /// The baseline: every pod at once, each pod's sequence in order (raw.rs), then the probes as
 /// `how` says. Returns (all running, all "ready": the last first probe returned) in ms from the
 /// first call, the CPU spent until then, and how many periodic probes ran.
-async fn raw_run(ctx: &Ctx, names: &[String], limit: Duration, how: RawProbes) -> (f64, f64, Cpu, usize) {
+async fn raw_run(
+    ctx: &Ctx,
+    names: &[String],
+    limit: Duration,
+    how: RawProbes,
+) -> (f64, f64, Cpu, usize, Phases) {
     let node = raw::node(&ctx.dir.join("scale"));
     let pods: Vec<_> = names.iter().map(|n| raw::desired(RAW_NS, &manifest(n, RAW_NS, &ctx.image))).collect();
     let waiter =
@@ -81,56 +86,117 @@ async fn raw_run(ctx: &Ctx, names: &[String], limit: Duration, how: RawProbes) -
             let (cri, node, image_ref) = (ctx.cri.clone(), node.clone(), ctx.image_ref.clone());
             let stopped = stopped.clone();
             tokio::spawn(async move {
-                let (sb, ids) = raw::start_pod(&cri, &node, &d, &image_ref).await;
-                let mut periodic = Vec::new();
-                for id in ids.into_iter().filter(|_| probes()) {
-                    probe(&cri, &id).await;
-                    if how == RawProbes::Schedule {
-                        let (cri, mut stopped) = (cri.clone(), stopped.clone());
-                        periodic.push(tokio::spawn(async move {
-                            let mut tick =
-                                tokio::time::interval_at(tokio::time::Instant::now() + PERIOD, PERIOD);
-                            let mut n = 0;
-                            loop {
-                                tokio::select! {
-                                    _ = stopped.wait_for(|s| *s) => return n,
-                                    _ = tick.tick() => {}
-                                }
-                                probe(&cri, &id).await;
-                                n += 1;
-                            }
-                        }));
+                if how == RawProbes::Once {
+                    let (sb, ids) = raw::start_pod(&cri, &node, &d, &image_ref).await;
+                    for id in ids.iter().filter(|_| probes()) {
+                        probe(&cri, id).await;
                     }
+                    return (sb, Instant::now(), vec![]);
                 }
-                (sb, Instant::now(), periodic)
+                // Each container probed from its start on, in a task of its own: the first
+                // probe at once, then one per period until the stop.
+                let mut probing = Vec::new();
+                let (sb, _) = raw::start_pod_each(&cri, &node, &d, &image_ref, |id| {
+                    let (cri, id, mut stopped) = (cri.clone(), id.to_string(), stopped.clone());
+                    probing.push(tokio::spawn(async move {
+                        probe(&cri, &id).await;
+                        let first = Instant::now();
+                        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + PERIOD, PERIOD);
+                        let mut n = 0;
+                        loop {
+                            tokio::select! {
+                                _ = stopped.wait_for(|s| *s) => return (first, n),
+                                _ = tick.tick() => {}
+                            }
+                            probe(&cri, &id).await;
+                            n += 1;
+                        }
+                    }));
+                })
+                .await;
+                (sb, Instant::now(), probing)
             })
         })
         .collect();
     let mut sandboxes = Vec::new();
-    let mut periodic = Vec::new();
+    let mut probing = Vec::new();
     let mut ready = t0;
     for t in tasks {
         let (sb, at, p) = t.await.expect("raw pod start");
         sandboxes.push(sb);
-        periodic.extend(p);
+        probing.extend(p);
         ready = ready.max(at);
     }
-    let cpu = cpu::spent(&cpu0, &cpu::shot(), clk_tck());
-    let _ = stop.send(true);
     let mut extra = 0;
-    for p in periodic {
-        extra += p.await.expect("periodic probes");
+    if how == RawProbes::Schedule {
+        // Ready: every container's first probe returned (each loop reports when, at the stop).
+        let mut firsts = Vec::new();
+        let _ = stop.send(true);
+        for p in probing {
+            let (first, n) = p.await.expect("probes");
+            firsts.push(first);
+            extra += n;
+        }
+        ready = firsts.into_iter().max().unwrap_or(ready);
     }
-    let started = waiter.await.expect("waiting for the raw pods").into_values().max().unwrap_or(t0);
+    let cpu = cpu::spent(&cpu0, &cpu::shot(), clk_tck());
+    let seen = waiter.await.expect("waiting for the raw pods");
+    let phases = Phases::of(&seen, names, t0);
+    let started = seen.into_values().max().unwrap_or(t0);
     eprintln!(
-        "  raw ({}): all running {:.1} s, all probed once {:.1} s, {extra} periodic probes, {:.1} CPU-s",
+        "  raw ({}): all running {:.1} s, all probed once {:.1} s, {extra} periodic probes, {:.1} CPU-s {:.1?}; {}",
         if how == RawProbes::Once { "probes once" } else { "probes on schedule" },
         (started - t0).as_secs_f64(),
         (ready - t0).as_secs_f64(),
-        cpu.0
+        cpu.0,
+        cpu.1,
+        phases.line()
     );
     raw::remove_pods(&ctx.cri, sandboxes).await;
-    (ms(started - t0), ms(ready - t0), cpu, extra)
+    (ms(started - t0), ms(ready - t0), cpu, extra, phases)
+}
+
+/// Each pod's two steps as seen from outside (ms): t0 → its sidecar running, and its sidecar
+/// running → its app running (the sidecar gate: for the baseline, the app's create and start
+/// calls; for crilet also the observation that the sidecar runs).
+#[derive(Default)]
+struct Phases {
+    side: Vec<f64>,
+    gate: Vec<f64>,
+}
+
+impl Phases {
+    fn of(
+        seen: &std::collections::HashMap<crate::events::Key, Instant>,
+        names: &[String],
+        t0: Instant,
+    ) -> Phases {
+        let mut p = Phases::default();
+        for n in names {
+            let at = |c: &str| seen.get(&(n.clone(), c.to_string())).copied();
+            if let (Some(side), Some(app)) = (at("side"), at("app")) {
+                p.side.push(ms(side - t0));
+                p.gate.push(ms(app.saturating_duration_since(side)));
+            }
+        }
+        p
+    }
+
+    fn line(&self) -> String {
+        use crate::report::{median, p95};
+        format!(
+            "per pod: sidecar running {:.0} ms (p95 {:.0}), then app {:.0} ms (p95 {:.0})",
+            median(&self.side),
+            p95(&self.side),
+            median(&self.gate),
+            p95(&self.gate)
+        )
+    }
+
+    fn add(&mut self, other: Phases) {
+        self.side.extend(other.side);
+        self.gate.extend(other.gate);
+    }
 }
 
 fn all_ready(pods: &[serde_json::Value], n: usize) -> bool {
@@ -158,7 +224,7 @@ async fn crilet_run(
     names: &[String],
     limit: Duration,
     window: Option<Duration>,
-) -> (f64, f64, Cpu, Option<Cost>) {
+) -> (f64, f64, Cpu, Option<Cost>, Phases) {
     let agent = ctx.agent("scale").await;
     // Pods added to a node that has been running: within its first probe period a (re)started
     // agent, like the kubelet, delays each probe's first run by a random part of the period so
@@ -167,7 +233,9 @@ async fn crilet_run(
     let waiter = spawn_wait(ctx, NS, keys(names, &["side", "app"]), Instant::now() + limit, Observe::List);
     let cpu0 = cpu::shot();
     let t0 = agent.write_all(names.iter().map(|n| (n.as_str(), manifest(n, NS, &ctx.image))));
-    let started = waiter.await.expect("waiting for crilet's pods").into_values().max().unwrap_or(t0);
+    let seen = waiter.await.expect("waiting for crilet's pods");
+    let phases = Phases::of(&seen, names, t0);
+    let started = seen.into_values().max().unwrap_or(t0);
     let deadline = t0 + limit;
     let ready = loop {
         let pods = agent.list_pods(NS).await;
@@ -180,14 +248,16 @@ async fn crilet_run(
     };
     let cpu = cpu::spent(&cpu0, &cpu::shot(), clk_tck());
     eprintln!(
-        "  crilet: all running {:.1} s, all Ready {:.1} s, {:.1} CPU-s",
+        "  crilet: all running {:.1} s, all Ready {:.1} s, {:.1} CPU-s {:.1?}; {}",
         (started - t0).as_secs_f64(),
         (ready - t0).as_secs_f64(),
-        cpu.0
+        cpu.0,
+        cpu.1,
+        phases.line()
     );
     let Some(window) = window else {
         agent.stop(&ctx.cri, NS).await;
-        return (ms(started - t0), ms(ready - t0), cpu, None);
+        return (ms(started - t0), ms(ready - t0), cpu, None, phases);
     };
     // Let the start's tail (status writes, first probe round) pass first.
     tokio::time::sleep(Duration::from_secs(5)).await;
@@ -221,7 +291,7 @@ async fn crilet_run(
         not_ready,
     };
     agent.stop(&ctx.cri, NS).await;
-    (ms(started - t0), ms(ready - t0), cpu, Some(cost))
+    (ms(started - t0), ms(ready - t0), cpu, Some(cost), phases)
 }
 
 pub async fn run(ctx: &Ctx) -> Scenario {
@@ -234,6 +304,7 @@ pub async fn run(ctx: &Ctx) -> Scenario {
         (vec![], vec![], vec![], vec![]);
     let (mut sched_run_ms, mut sched_ready_ms, mut sched_probes) = (vec![], vec![], vec![]);
     let mut cost = None;
+    let (mut raw_phases, mut cri_phases) = (Phases::default(), Phases::default());
     // [machine, each group of cpu::GROUPS], per round.
     let groups = || vec![vec![]; cpu::GROUPS.len() + 1];
     let (mut raw_cpu, mut sched_cpu, mut cri_cpu) = (groups(), groups(), groups());
@@ -242,25 +313,51 @@ pub async fn run(ctx: &Ctx) -> Scenario {
             to[i].push(v);
         }
     };
+    // Each round runs every side once; the order turns by one each round, so that no side is
+    // always the first after the previous scenario or always after the same other side.
+    #[derive(Clone, Copy)]
+    enum Side {
+        Raw,
+        Scheduled,
+        Crilet,
+    }
+    let mut sides = vec![Side::Raw, Side::Crilet];
+    if probes() {
+        sides.insert(1, Side::Scheduled);
+    }
     for r in 0..rounds {
-        let (a, b, rc, _) = raw_run(ctx, &names, limit, RawProbes::Once).await;
-        push(&mut raw_cpu, rc);
-        if probes() {
-            let (a, b, sc, n) = raw_run(ctx, &names, limit, RawProbes::Schedule).await;
-            push(&mut sched_cpu, sc);
-            sched_run_ms.push(a);
-            sched_ready_ms.push(b);
-            sched_probes.push(n as f64);
-        }
         let last = r + 1 == rounds;
-        let (c, d, cc, k) = crilet_run(ctx, &names, limit, last.then_some(window)).await;
-        push(&mut cri_cpu, cc);
-        eprintln!("  round {r}: all running {:.2}×, all Ready {:.2}×", c / a, d / b);
-        raw_run_ms.push(a);
-        raw_ready_ms.push(b);
-        cri_run_ms.push(c);
-        cri_ready_ms.push(d);
-        cost = k;
+        for side in sides.iter().cycle().skip(r % sides.len()).take(sides.len()) {
+            match side {
+                Side::Raw => {
+                    let (a, b, c, _, p) = raw_run(ctx, &names, limit, RawProbes::Once).await;
+                    push(&mut raw_cpu, c);
+                    raw_phases.add(p);
+                    raw_run_ms.push(a);
+                    raw_ready_ms.push(b);
+                }
+                Side::Scheduled => {
+                    let (a, b, c, n, _) = raw_run(ctx, &names, limit, RawProbes::Schedule).await;
+                    push(&mut sched_cpu, c);
+                    sched_run_ms.push(a);
+                    sched_ready_ms.push(b);
+                    sched_probes.push(n as f64);
+                }
+                Side::Crilet => {
+                    let (a, b, c, k, p) = crilet_run(ctx, &names, limit, last.then_some(window)).await;
+                    push(&mut cri_cpu, c);
+                    cri_phases.add(p);
+                    cri_run_ms.push(a);
+                    cri_ready_ms.push(b);
+                    cost = cost.or(k);
+                }
+            }
+        }
+        eprintln!(
+            "  round {r}: all running {:.2}×, all Ready {:.2}×",
+            cri_run_ms[r] / raw_run_ms[r],
+            cri_ready_ms[r] / raw_ready_ms[r]
+        );
     }
     let cost = cost.expect("the last round measures the window");
     let mib = |k: u64| k as f64 / 1024.0;
@@ -288,8 +385,9 @@ pub async fn run(ctx: &Ctx) -> Scenario {
              more than one probe period (in its first period an agent spreads the first probe runs over the \
              period, as the kubelet does after a restart). \"Running\": the last of the {} containers observed \
              running by {}. \"Ready\": baseline, the last ExecSync returned; crilet, the first ListPods (control \
-             socket, every 250 ms) showing every pod Ready. {rounds} round(s) (CRILET_BENCH_SCALE_ROUNDS), raw \
-             then crilet in each, a fresh agent each; median / p95 of the rounds (one round is a noisy single \
+             socket, every 250 ms) showing every pod Ready. {rounds} round(s) (CRILET_BENCH_SCALE_ROUNDS), each \
+             side once in each, in an order that turns by one each round (raw, crilet; then crilet, raw…), \
+             a fresh agent each; median / p95 of the rounds (one round is a noisy single \
              sample). Then, in the last round, 5 s after all Ready, a {} s window with the pods running and nothing polling crilet: \
              its VmRSS (max of 1 s samples), VmHWM (peak of the whole run, start included) and CPU \
              (utime+stime over the window, % of one core).",
@@ -307,6 +405,14 @@ pub async fn run(ctx: &Ctx) -> Scenario {
             ),
             ratio_row(&format!("t0 → all {n} pods Ready"), &raw_ready_ms, &cri_ready_ms, "ms", Some(1.10)),
             ratio_row("machine CPU, t0 → all Ready", &raw_cpu[0], &cri_cpu[0], "CPU-s", None),
+            ratio_row("per pod: t0 → its sidecar running", &raw_phases.side, &cri_phases.side, "ms", None),
+            ratio_row(
+                "per pod: its sidecar running → its app running",
+                &raw_phases.gate,
+                &cri_phases.gate,
+                "ms",
+                None,
+            ),
             one(
                 "crilet RSS in the window (VmRSS, max)",
                 format!("{:.1} MiB", mib(cost.rss_max_kib)),
