@@ -127,6 +127,13 @@ if [ "$cluster" = 1 ]; then
     log "--cluster: the control plane of hack/cluster.sh beside, the agents joined as node bench-node"
     bash "$HACK_DIR/cluster.sh" up
     bash "$HACK_DIR/cluster.sh" node bench-node >"$WORK/bench-node.env"
+    # The static pods' namespace, so that their mirror pods can be made (as on a real node,
+    # where a missing namespace leaves a static pod without its mirror).
+    (
+        . "$CLUSTER_ENV_FILE"
+        kc() { "$CRILET_KUBECTL" --kubeconfig "$CRILET_CLUSTER_KUBECONFIG" --cache-dir "$CRILET_KUBECTL_CACHE_DIR" "$@"; }
+        kc get namespace bench-node >/dev/null 2>&1 || kc create namespace bench-node >/dev/null
+    )
     node_var() { sed -n "s/^$1=//p" "$WORK/bench-node.env"; }
     # Port 10391 on 127.0.0.1 for the agent's kubelet API (the tests' agents use others).
     export CRILET_BENCH_AGENT_ARGS="--kubeconfig $(node_var CRILET_NODE_KUBECONFIG) --node-ip 127.0.0.1 \

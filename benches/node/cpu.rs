@@ -8,12 +8,13 @@ use std::collections::HashMap;
 
 /// The groups reported. The shims' own time and that of the `runc` processes they reaped (a
 /// create, start or exec each) are apart: the second counts the runtime's invocations.
-pub const GROUPS: [&str; 5] = [
+pub const GROUPS: [&str; 6] = [
     "containerd",
     "containerd-shim",
     "runc and the probe commands (reaped by the shims)",
     "crilet (the agent)",
     "the benchmark itself (the raw client)",
+    "the control plane (etcd, kube-*; hack/bench.sh --cluster)",
 ];
 
 #[derive(Default)]
@@ -33,6 +34,7 @@ fn group_of(comm: &str) -> Option<usize> {
         c if c.starts_with("crilet") => Some(3),
         // The bench binary `node-<hash>` (a name cut to 15 characters).
         c if c.starts_with("node-") => Some(4),
+        c if c == "etcd" || c.starts_with("kube-") => Some(5),
         _ => None,
     }
 }

@@ -298,7 +298,7 @@ pub async fn run(ctx: &Ctx) -> Scenario {
     let n: usize = env_num("CRILET_BENCH_SCALE_PODS", 110).max(1);
     let window = Duration::from_secs(env_num("CRILET_BENCH_SCALE_WINDOW", 60).max(1));
     let limit = Duration::from_secs(120 + 3 * n as u64);
-    let rounds: usize = env_num("CRILET_BENCH_SCALE_ROUNDS", 1).max(1);
+    let rounds: usize = env_num("CRILET_BENCH_SCALE_ROUNDS", 3).max(1);
     let names: Vec<String> = (0..n).map(|i| format!("scale-{i}")).collect();
     let (mut raw_run_ms, mut raw_ready_ms, mut cri_run_ms, mut cri_ready_ms) =
         (vec![], vec![], vec![], vec![]);
