@@ -473,7 +473,7 @@ pub async fn run(ctx: &Ctx) -> Scenario {
         scenario.notes.insert(
             1,
             format!(
-                "The rows \"{also}\" compare with a second baseline run in each round, before crilet's: the \
+                "The rows \"{also}\" compare with a second baseline run in each round (in the turning order): the \
                  same raw sequences and first probes, and from each container's first probe one ExecSync per \
                  period until every container has had its first, as a kubelet probes (at once when the \
                  container runs, then every period). It ran {:.0} periodic probes (median of the rounds). {}",
