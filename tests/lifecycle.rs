@@ -933,7 +933,21 @@ async fn sandbox_loss_under_never_fails_the_pod() {
     let uid = uid_of(&p);
     let cri = a.env.cri();
     let o = cri.observe(&uid).await.expect("observe");
-    cri.stop_sandbox(&o.sandbox().expect("sandbox").id).await.expect("stop sandbox out of band");
+    let sandbox = o.sandbox().expect("sandbox").id.clone();
+    // The agent may stop the sandbox at the same moment (its app exits as the runtime stops it),
+    // and then one of the two network teardowns can fail ("no such device"): the stop is
+    // retried until the runtime reports the sandbox stopped.
+    wait_for("stop sandbox out of band", Duration::from_secs(15), || async {
+        match cri.stop_sandbox(&sandbox).await {
+            Ok(()) => Some(()),
+            Err(e) => {
+                eprintln!("out-of-band StopPodSandbox: {e}; retrying");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                None
+            }
+        }
+    })
+    .await;
     wait_for("pod Failed", Duration::from_secs(30), || async {
         let p = a.pod("sbnever")?;
         (phase(&p) == "Failed").then_some(p)
