@@ -104,6 +104,14 @@ pub async fn start_pod_each(
     mkdir(&pod_dir(node, &d.uid));
     let sb_cfg = sandbox_config(node, d, 0);
     let sb = cri.run_sandbox(sb_cfg.clone(), "").await.expect("RunPodSandbox");
+    // The pod cgroup's values, written as the agent (like the kubelet's pod container manager)
+    // writes them before any container starts: not a CRI call, but it sets how much CPU the
+    // pod's processes get when the machine is busy (a BestEffort pod's cpu.shares is 2), and
+    // a probe's exec runs in that cgroup.
+    let pod = &d.pod;
+    let parent = crilet::pod::spec::cgroup_parent(pod, &d.uid);
+    crilet::pod::pod_cgroup::write_config(&parent, &crilet::pod::resize::pod_cgroup(pod))
+        .expect("pod cgroup");
     let ips: Vec<String> = Vec::new();
     let sidecars = spec.init_containers.iter().flatten().map(|c| (c, Kind::Sidecar));
     let mut ids = Vec::new();
