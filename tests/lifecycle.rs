@@ -940,9 +940,9 @@ async fn sandbox_loss_under_never_fails_the_pod() {
     wait_for("stop sandbox out of band", Duration::from_secs(15), || async {
         match cri.stop_sandbox(&sandbox).await {
             Ok(()) => Some(()),
+            // wait_for polls again after its own pause.
             Err(e) => {
                 eprintln!("out-of-band StopPodSandbox: {e}; retrying");
-                tokio::time::sleep(Duration::from_millis(500)).await;
                 None
             }
         }
