@@ -427,36 +427,88 @@ impl Worker {
                 None => return Ok(None),
             },
         };
+        // A new pod whose first start is a sidecar: the sync follows the instances it starts
+        // (`publish_started`) from the new sandbox's status, so what the sidecar gates can start
+        // in this same sync.
+        let fresh = observed.sandboxes.is_empty() && observed.containers.is_empty();
+        let gates = the_plan
+            .init_to_start
+            .iter()
+            .any(|n| containers.iter().any(|(c, k)| *k == Kind::Sidecar && &c.name == n));
+        if self.live.is_none() && fresh && gates {
+            match ctx.cri.sandbox_status(&sandbox_id).await {
+                Ok(sb) => {
+                    let uid = self.desired.uid.clone();
+                    self.live = Some(ObservedPod { uid, sandboxes: vec![sb], containers: Vec::new() });
+                }
+                Err(e) => {
+                    debug!(error = %e, "status of the new sandbox; what its sidecars gate starts next sync")
+                }
+            }
+        }
         let sb_config = sandbox_config(&ctx.node, &self.desired, attempt);
-        let sandbox = starts::Sandbox {
-            id: &sandbox_id,
-            ips: &pod_ips,
-            config: &sb_config,
-            images_seen: images_seen.as_ref(),
-        };
         // Starts are planned from the snapshot taken before kills; for the back-off check and
         // restart counts that snapshot is what the kubelet uses too (R6.6 nuance).
         // The in-place update's own wake-up (end of the drain wait, pull retry) must survive a
         // sync that also had other work, or it waits for an unrelated wake (a crash back-off).
         let mut requeue: Option<i64> = update_requeue;
         if !the_plan.ephemeral_to_start.is_empty() {
+            let sandbox = starts::Sandbox {
+                id: &sandbox_id,
+                ips: &pod_ips,
+                config: &sb_config,
+                images_seen: images_seen.as_ref(),
+            };
             let ephemeral = crate::pod::spec::ephemeral_containers(&pod);
             for name in &the_plan.ephemeral_to_start {
                 let Some((spec, _)) = ephemeral.iter().find(|(c, _)| &c.name == name) else { continue };
                 self.start(&observed, spec, Kind::Ephemeral, &sandbox, &mut requeue).await;
             }
         }
-        for name in &the_plan.init_to_start {
-            let Some((spec, kind)) = containers.iter().find(|(c, _)| &c.name == name) else { continue };
-            let ok = self.start(&observed, spec, *kind, &sandbox, &mut requeue).await;
-            // R4.4: a failed regular init container ends this sync; a sidecar does not.
-            if !ok && *kind == Kind::Init {
-                return Ok(requeue);
+        let (mut inits, mut apps) = (the_plan.init_to_start, the_plan.app_to_start);
+        let mut current = observed;
+        let mut seen = images_seen.as_ref();
+        // One round per sidecar that gates the next start, at most.
+        for _ in 0..=containers.len() {
+            let sandbox =
+                starts::Sandbox { id: &sandbox_id, ips: &pod_ips, config: &sb_config, images_seen: seen };
+            let mut sidecar_started = false;
+            for name in &inits {
+                let Some((spec, kind)) = containers.iter().find(|(c, _)| &c.name == name) else { continue };
+                let ok = self.start(&current, spec, *kind, &sandbox, &mut requeue).await;
+                // R4.4: a failed regular init container ends this sync; a sidecar does not.
+                if !ok && *kind == Kind::Init {
+                    return Ok(requeue);
+                }
+                sidecar_started |= ok && *kind == Kind::Sidecar;
             }
-        }
-        for name in &the_plan.app_to_start {
-            let Some((spec, kind)) = containers.iter().find(|(c, _)| &c.name == name) else { continue };
-            self.start(&observed, spec, *kind, &sandbox, &mut requeue).await;
+            for name in &apps {
+                let Some((spec, kind)) = containers.iter().find(|(c, _)| &c.name == name) else { continue };
+                self.start(&current, spec, *kind, &sandbox, &mut requeue).await;
+            }
+            // The planner, from the snapshot with the started sidecar's status (read right after
+            // its start), decides what the next sync would after the runtime's event. Only the
+            // first start of what the sidecar gated is taken here; anything else (a sidecar that
+            // already exited, a kill) is left to the next sync.
+            let Some(live) = self.live.clone().filter(|_| sidecar_started) else { break };
+            let next = plan_held(&pod, &live, &probe_results, &held);
+            let first_starts =
+                next.init_to_start.iter().chain(&next.app_to_start).all(|n| live.newest(n).is_none());
+            let only_starts = next.reset.is_empty()
+                && next.kill_pod.is_none()
+                && next.create_sandbox.is_none()
+                && next.kills.is_empty();
+            if !only_starts
+                || !first_starts
+                || (next.init_to_start.is_empty() && next.app_to_start.is_empty())
+            {
+                break;
+            }
+            debug!(init = ?next.init_to_start, app = ?next.app_to_start, "the sidecar runs; starting what it gated");
+            (inits, apps) = (next.init_to_start, next.app_to_start);
+            current = live;
+            // The images of these starts were not looked up with the sandbox.
+            seen = None;
         }
         Ok(requeue)
     }
