@@ -30,7 +30,7 @@ pub async fn create_sandbox(
     ctx: &Shared,
     d: &DesiredPod,
     attempt: u32,
-) -> Result<(String, Vec<String>), StartError> {
+) -> Result<(String, Option<crate::model::ObservedSandbox>), StartError> {
     let log_dir = pod_log_dir(&ctx.node, d);
     mkdir(&log_dir, 0o755)
         .map_err(|e| err("CreatePodSandboxError", format!("creating {}: {e}", log_dir.display())))?;
@@ -44,11 +44,9 @@ pub async fn create_sandbox(
         ctx.warning(&d.key, None, "FailedCreatePodSandBox", format!("Failed to create pod sandbox: {e}"));
         err("CreatePodSandboxError", e.to_string())
     })?;
-    let ips = match ctx.cri.sandbox_status(&id).await {
-        Ok(s) => s.ips,
-        Err(_) => Vec::new(),
-    };
-    Ok((id, ips))
+    // Its IPs; the sync also follows the pod from this status (`publish_started`).
+    let status = ctx.cri.sandbox_status(&id).await.ok();
+    Ok((id, status))
 }
 
 /// The pod's configMap, secret, downwardAPI and projected volumes are written before anything

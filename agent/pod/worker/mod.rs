@@ -392,17 +392,29 @@ impl Worker {
             update_requeue = earliest(update_requeue, Some(at));
         }
 
+        // A new pod whose first start is a sidecar: the sync follows the instances it starts
+        // (`publish_started`) from the new sandbox's status, so what the sidecar gates can start
+        // in this same sync; the images of all its containers are looked up with the sandbox.
+        let fresh = observed.sandboxes.is_empty() && observed.containers.is_empty();
+        let gates = the_plan
+            .init_to_start
+            .iter()
+            .any(|n| containers.iter().any(|(c, k)| *k == Kind::Sidecar && &c.name == n));
+        let follow = self.live.is_none() && fresh && gates;
         let mut images_seen = None;
         let (sandbox_id, pod_ips, attempt) = match the_plan.create_sandbox {
             Some(attempt) => {
                 let sandbox = create_sandbox(&ctx, &self.desired, attempt)
                     .instrument(tracing::trace_span!("create_sandbox"));
                 // The images of this sync's starts are looked up while the sandbox is made.
-                let lookups = look_up_images(&ctx, images_to_start(&the_plan, &containers));
-                let (made, seen) = futures::future::join(sandbox, lookups).await;
+                let images = match follow {
+                    true => containers.iter().filter_map(|(c, _)| c.image.clone()).collect(),
+                    false => images_to_start(&the_plan, &containers),
+                };
+                let (made, seen) = futures::future::join(sandbox, look_up_images(&ctx, images)).await;
                 images_seen = Some(seen);
                 match made {
-                    Ok((id, ips)) => {
+                    Ok((id, status)) => {
                         // The pod cgroup's values, before any container starts (the kubelet's pod
                         // container manager); the runtime made the cgroup with the sandbox.
                         let _span = tracing::trace_span!("pod_cgroup").entered();
@@ -412,6 +424,12 @@ impl Worker {
                             &crate::pod::resize::pod_cgroup(&pod),
                         ) {
                             warn!(error = %e, "setting the pod cgroup's limits failed");
+                        }
+                        let ips = status.as_ref().map(|s| s.ips.clone()).unwrap_or_default();
+                        if let Some(sb) = status.filter(|_| follow) {
+                            let uid = self.desired.uid.clone();
+                            self.live =
+                                Some(ObservedPod { uid, sandboxes: vec![sb], containers: Vec::new() });
                         }
                         (id, ips, attempt)
                     }
@@ -427,25 +445,6 @@ impl Worker {
                 None => return Ok(None),
             },
         };
-        // A new pod whose first start is a sidecar: the sync follows the instances it starts
-        // (`publish_started`) from the new sandbox's status, so what the sidecar gates can start
-        // in this same sync.
-        let fresh = observed.sandboxes.is_empty() && observed.containers.is_empty();
-        let gates = the_plan
-            .init_to_start
-            .iter()
-            .any(|n| containers.iter().any(|(c, k)| *k == Kind::Sidecar && &c.name == n));
-        if self.live.is_none() && fresh && gates {
-            match ctx.cri.sandbox_status(&sandbox_id).await {
-                Ok(sb) => {
-                    let uid = self.desired.uid.clone();
-                    self.live = Some(ObservedPod { uid, sandboxes: vec![sb], containers: Vec::new() });
-                }
-                Err(e) => {
-                    debug!(error = %e, "status of the new sandbox; what its sidecars gate starts next sync")
-                }
-            }
-        }
         let sb_config = sandbox_config(&ctx.node, &self.desired, attempt);
         // Starts are planned from the snapshot taken before kills; for the back-off check and
         // restart counts that snapshot is what the kubelet uses too (R6.6 nuance).
@@ -468,6 +467,9 @@ impl Worker {
         let (mut inits, mut apps) = (the_plan.init_to_start, the_plan.app_to_start);
         let mut current = observed;
         let mut seen = images_seen.as_ref();
+        let present: Option<ImagesSeen> = images_seen.as_ref().map(|all| {
+            all.iter().filter(|(_, i)| i.is_some()).map(|(k, v)| (k.clone(), v.clone())).collect()
+        });
         // One round per sidecar that gates the next start, at most.
         for _ in 0..=containers.len() {
             let sandbox =
@@ -507,8 +509,9 @@ impl Worker {
             debug!(init = ?next.init_to_start, app = ?next.app_to_start, "the sidecar runs; starting what it gated");
             (inits, apps) = (next.init_to_start, next.app_to_start);
             current = live;
-            // The images of these starts were not looked up with the sandbox.
-            seen = None;
+            // Only an image found moments ago is taken as present: one found missing may have
+            // been pulled by the starts since.
+            seen = present.as_ref();
         }
         Ok(requeue)
     }
