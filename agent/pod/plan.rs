@@ -83,6 +83,27 @@ impl Plan {
     }
 }
 
+/// The starts a sync makes at once after a sidecar it started shows running (`live`: the sync's
+/// own snapshot, with the statuses read right after its starts): what the planner asks for
+/// then, if that is only first starts (init, then app). Anything else (a restart, which has its
+/// back-off; a kill; a new sandbox) is for the next sync.
+pub fn gated_starts(
+    pod: &Pod,
+    live: &ObservedPod,
+    probes: &ProbeResults,
+    held: &BTreeSet<String>,
+) -> Option<(Vec<String>, Vec<String>)> {
+    let next = plan_held(pod, live, probes, held);
+    let only_starts = next.reset.is_empty()
+        && next.kill_pod.is_none()
+        && next.create_sandbox.is_none()
+        && next.kills.is_empty();
+    let names = || next.init_to_start.iter().chain(&next.app_to_start);
+    let first_starts = names().all(|n| live.newest(n).is_none());
+    (only_starts && first_starts && names().next().is_some())
+        .then_some((next.init_to_start, next.app_to_start))
+}
+
 /// How long the restart of an instance that someone else SIGKILLed waits (ns).
 pub const KILLED_SETTLE_NS: i64 = 300_000_000;
 

@@ -720,3 +720,75 @@ fn ephemeral_container_cases() {
         check(name, &p, &o, &none, want);
     }
 }
+
+#[test]
+fn gated_starts_cases() {
+    let none = ProbeResults::default();
+    let started = |id: &str| ProbeResults {
+        startup: [(id.to_string(), ProbeResult::Success)].into_iter().collect(),
+        ..Default::default()
+    };
+    let s = |v: &[&str]| v.iter().map(|n| n.to_string()).collect::<Vec<String>>();
+    // (case, pod, the sync's snapshot after its starts, probe results, what starts at once)
+    let cases: Vec<(&str, PodB, ObsB, ProbeResults, Option<(Vec<String>, Vec<String>)>)> = vec![
+        (
+            "the sidecar runs: its app starts",
+            pod().sidecar("side").app("a"),
+            observed().ready().running("side"),
+            none.clone(),
+            Some((s(&[]), s(&["a"]))),
+        ),
+        (
+            "the first of two sidecars runs: the second starts, not the app",
+            pod().sidecar("s1").sidecar("s2").app("a"),
+            observed().ready().running("s1"),
+            none.clone(),
+            Some((s(&["s2"]), s(&[]))),
+        ),
+        (
+            "a regular init container follows: it starts",
+            pod().sidecar("side").init("i").app("a"),
+            observed().ready().running("side"),
+            none.clone(),
+            Some((s(&["i"]), s(&[]))),
+        ),
+        (
+            "the sidecar's startup probe has not passed: nothing",
+            pod().sidecar("side").startup_probe("side").app("a"),
+            observed().ready().running("side"),
+            none.clone(),
+            None,
+        ),
+        (
+            "its startup probe passed: the app starts",
+            pod().sidecar("side").startup_probe("side").app("a"),
+            observed().ready().running("side"),
+            started("side-0"),
+            Some((s(&[]), s(&["a"]))),
+        ),
+        (
+            "the sidecar already exited: its restart waits for the next sync",
+            pod().sidecar("side").app("a"),
+            observed().ready().exited("side", 1),
+            none.clone(),
+            None,
+        ),
+        (
+            "the app has an instance already: nothing",
+            pod().sidecar("side").app("a"),
+            observed().ready().exited("a", 1).running("side"),
+            none.clone(),
+            None,
+        ),
+        (
+            "the sandbox is gone: nothing",
+            pod().sidecar("side").app("a"),
+            observed().sandbox(SandboxState::NotReady, "", 0).running("side"),
+            none.clone(),
+            None,
+        ),
+    ];
+    for (name, p, o, probes, want) in cases {
+        assert_eq!(gated_starts(&p.0, &o.0, &probes, &BTreeSet::new()), want, "{name}");
+    }
+}

@@ -24,7 +24,9 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::backoff::Backoff;
 use super::context::{Shared, now_ns};
-use super::plan::{KillReason, PodKillReason, ProbeResults, is_sidecar, plan_held, settle_until};
+use super::plan::{
+    KillReason, PodKillReason, ProbeResults, gated_starts, is_sidecar, plan_held, settle_until,
+};
 use super::spec::{Kind, pod_dir, pod_log_dir, sandbox_config, termination_grace};
 use super::start::{
     ImagesSeen, StartRequest, backoff_key, crash_backoff_wait, create_sandbox, ensure_image, look_up_images,
@@ -493,21 +495,11 @@ impl Worker {
             // first start of what the sidecar gated is taken here; anything else (a sidecar that
             // already exited, a kill) is left to the next sync.
             let Some(live) = self.live.clone().filter(|_| sidecar_started) else { break };
-            let next = plan_held(&pod, &live, &probe_results, &held);
-            let first_starts =
-                next.init_to_start.iter().chain(&next.app_to_start).all(|n| live.newest(n).is_none());
-            let only_starts = next.reset.is_empty()
-                && next.kill_pod.is_none()
-                && next.create_sandbox.is_none()
-                && next.kills.is_empty();
-            if !only_starts
-                || !first_starts
-                || (next.init_to_start.is_empty() && next.app_to_start.is_empty())
-            {
+            let Some((next_inits, next_apps)) = gated_starts(&pod, &live, &probe_results, &held) else {
                 break;
-            }
-            debug!(init = ?next.init_to_start, app = ?next.app_to_start, "the sidecar runs; starting what it gated");
-            (inits, apps) = (next.init_to_start, next.app_to_start);
+            };
+            debug!(init = ?next_inits, app = ?next_apps, "the sidecar runs; starting what it gated");
+            (inits, apps) = (next_inits, next_apps);
             current = live;
             // Only an image found moments ago is taken as present: one found missing may have
             // been pulled by the starts since.
