@@ -111,7 +111,12 @@ impl Worker {
         }
         let started = match self.ctx.cri.container_status(id, sandbox_id).await {
             Ok(c) => c,
-            Err(e) => return debug!(error = %e, "status of the started container; the sync's end publishes"),
+            Err(e) => {
+                // The snapshot no longer shows the pod as it is: nothing more is planned from it
+                // (a start it misses would be made twice).
+                self.live = None;
+                return debug!(error = %e, "status of the started container; the sync's end publishes");
+            }
         };
         let Some(live) = self.live.as_mut() else { return };
         live.containers.retain(|c| c.id != started.id);
