@@ -394,18 +394,18 @@ impl Worker {
             update_requeue = earliest(update_requeue, Some(at));
         }
 
-        // A new pod whose first start is a sidecar: the sync follows the instances it starts
-        // (`publish_started`) from the new sandbox's status, so what the sidecar gates can start
-        // in this same sync; the images of all its containers are looked up with the sandbox.
-        let fresh = observed.sandboxes.is_empty() && observed.containers.is_empty();
-        let gates = the_plan
-            .init_to_start
-            .iter()
-            .any(|n| containers.iter().any(|(c, k)| *k == Kind::Sidecar && &c.name == n));
-        let follow = self.live.is_none() && fresh && gates;
         let mut images_seen = None;
         let (sandbox_id, pod_ips, attempt) = match the_plan.create_sandbox {
             Some(attempt) => {
+                // A new pod whose first start is a sidecar: the sync follows the instances it
+                // starts (`publish_started`) from the new sandbox's status, so what the sidecar
+                // gates can start in this same sync; all its images are looked up with the sandbox.
+                let fresh = observed.sandboxes.is_empty() && observed.containers.is_empty();
+                let follow = fresh
+                    && the_plan
+                        .init_to_start
+                        .iter()
+                        .any(|n| containers.iter().any(|(c, k)| *k == Kind::Sidecar && &c.name == n));
                 let sandbox = create_sandbox(&ctx, &self.desired, attempt)
                     .instrument(tracing::trace_span!("create_sandbox"));
                 // The images of this sync's starts are looked up while the sandbox is made.
