@@ -17,7 +17,10 @@
 #   --cluster     run beside the control plane of hack/cluster.sh (started if it is not up), each
 #                 agent of the node scenarios joined to it as node bench-node, so its static pods
 #                 have mirror pods and its Node a status, as on a cluster's node. The baselines
-#                 run beside the same control plane.
+#                 run beside the same control plane (the kubelet peer of scale does not run).
+#   --no-kubelet  scale without its peer, the upstream kubelet (standalone, static pods, on the
+#                 same containerd; built once by `hack/cluster.sh build kubelet`, ~1 min with a
+#                 warm Go module cache, several on a cold machine)
 # The environment of hack/setup.sh is set up (containerd 2.1) if it is not up.
 # restart-relist switches the environment to containerd 1.6 (CRILET_RUNTIME=1.6 hack/setup.sh),
 # runs the restart benchmark there and switches back to 2.1 afterwards, also on failure or
@@ -40,12 +43,14 @@ only=""
 relist=1
 out=""
 cluster=0
+peer=1
 while [ $# -gt 0 ]; do
     case "$1" in
         --only) [ $# -ge 2 ] || { echo "--only needs a list of scenarios" >&2; exit 2; }; only="$2"; shift 2 ;;
         --only=*) only="${1#--only=}"; shift ;;
         --no-relist) relist=0; shift ;;
         --cluster) cluster=1; shift ;;
+        --no-kubelet) peer=0; shift ;;
         --out) [ $# -ge 2 ] || { echo "--out needs a file" >&2; exit 2; }; out="$2"; shift 2 ;;
         --out=*) out="${1#--out=}"; shift ;;
         -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
@@ -121,6 +126,17 @@ fi
 log "agent under test: $CRILET_BENCH_BIN"
 log "building the harnesses (bench profile): cargo bench --no-run --bench node --bench restart"
 cargo bench --no-run --bench node --bench restart
+
+# The peer of scale: the upstream kubelet, built from its Go module (cached outside the repo).
+# It kills every running pod it does not know, so it runs only on a node with nothing else on it;
+# joined to a control plane (--cluster) crilet is not comparable with a standalone kubelet.
+if want scale && [ "$peer" = 1 ] && [ "$cluster" = 0 ]; then
+    log "building the upstream kubelet (the peer of scale): hack/cluster.sh build kubelet"
+    bash "$HACK_DIR/cluster.sh" build kubelet
+    export CRILET_BENCH_KUBELET_BIN="$K8S_BIN_DIR/kubelet"
+else
+    unset CRILET_BENCH_KUBELET_BIN
+fi
 
 beside=""
 if [ "$cluster" = 1 ]; then
@@ -290,6 +306,9 @@ fi
         echo "- Pods seen running (only through CRI), $(jq -r .observed_by "$WORK/node.json")"
     fi
     echo "- Scenarios run: ${wanted[*]}"
+    if [ -n "${CRILET_BENCH_KUBELET_BIN:-}" ]; then
+        echo "- The peer of scale: the upstream kubelet $K8S_VERSION (built from the k8s.io/kubernetes module), standalone on the same containerd"
+    fi
     if [ -n "$beside" ]; then
         echo "- Beside, on the same machine: $beside"
     fi

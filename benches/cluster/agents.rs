@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 
 use crate::Env;
+pub use crate::host::{cgroup_root, clean_dir, unmount_under};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Kind {
@@ -55,9 +56,8 @@ fn identity(env: &Env, node: &str) -> std::collections::HashMap<String, String> 
     text.lines().filter_map(|l| l.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect()
 }
 
-/// The kubelet's configuration: cgroupfs on cgroup v1 under a cgroup root of its own (its
-/// orphaned-pod-cgroup cleanup then never reaches /kubepods), loopback only, no image GC or
-/// eviction (a benchmark must not lose its images to a full disk), logs and state in `dir`.
+/// The kubelet's configuration: loopback only, its node's certificates, and the benchmark
+/// kubelet's settings (`host::kubelet_node_config`); logs and state in `dir`.
 fn kubelet_config(env: &Env, dir: &Path) -> String {
     let id = identity(env, Kind::Kubelet.node());
     format!(
@@ -75,38 +75,19 @@ authentication:
   webhook: {{enabled: true}}
   x509: {{clientCAFile: {ca}}}
 authorization: {{mode: Webhook}}
-containerRuntimeEndpoint: {endpoint}
-cgroupDriver: cgroupfs
-cgroupRoot: {cgroup_root}
-cgroupsPerQOS: true
-enforceNodeAllocatable: ["none"]
-failCgroupV1: false
-failSwapOn: false
-podLogsDir: {logs}
-resolvConf: /etc/resolv.conf
-maxPods: 110
-serializeImagePulls: false
-imageGCHighThresholdPercent: 100
-imageGCLowThresholdPercent: 99
-evictionHard: {{memory.available: "1Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}}
-protectKernelDefaults: false
 rotateCertificates: false
-"#,
+{node}"#,
         port = KUBELET_PORT,
         healthz = KUBELET_PORT + 8,
         cert = id["CRILET_NODE_TLS_CERT"],
         key = id["CRILET_NODE_TLS_KEY"],
         ca = id["CRILET_CLUSTER_CA"],
-        endpoint = env.endpoint,
-        cgroup_root = KUBELET_CGROUP_ROOT,
-        logs = dir.join("logs").display(),
+        node = crate::host::kubelet_node_config(&env.endpoint, &dir.join("logs")),
     )
 }
 
 pub const KUBELET_PORT: u16 = 10450;
 pub const CRILET_PORT: u16 = 10550;
-/// The kubelet's cgroup root (made in every v1 hierarchy before it starts; removed after).
-pub const KUBELET_CGROUP_ROOT: &str = "/crilet-bench-kubelet";
 
 impl Agent {
     /// Starts `kind` with its state in `dir/<kind>` (made fresh).
@@ -210,14 +191,7 @@ impl Agent {
 
     /// (VmRSS, VmHWM) in KiB.
     pub fn memory(&self) -> (u64, u64) {
-        let text = std::fs::read_to_string(format!("/proc/{}/status", self.pid)).unwrap_or_default();
-        let field = |k: &str| {
-            text.lines()
-                .find_map(|l| l.strip_prefix(k))
-                .and_then(|v| v.split_whitespace().next()?.parse().ok())
-                .unwrap_or(0)
-        };
-        (field("VmRSS:"), field("VmHWM:"))
+        crate::node_agent::memory(self.pid)
     }
 
     /// utime + stime in seconds.
@@ -266,50 +240,4 @@ fn clk_tck() -> f64 {
         .ok()
         .and_then(|o| String::from_utf8(o.stdout).ok()?.trim().parse().ok())
         .unwrap_or(100.0)
-}
-
-/// Makes (or removes, leaves first) the kubelet's cgroup root in every cgroup v1 hierarchy.
-pub fn cgroup_root(make: bool) {
-    let Ok(rd) = std::fs::read_dir("/sys/fs/cgroup") else { return };
-    for h in rd.flatten() {
-        let hier = h.path();
-        if hier.file_name().is_some_and(|n| n == "unified") || !hier.join("cgroup.procs").exists() {
-            continue;
-        }
-        let dir = hier.join(KUBELET_CGROUP_ROOT.trim_start_matches('/'));
-        if make {
-            let _ = std::fs::create_dir_all(&dir);
-        } else {
-            remove_cgroup_tree(&dir);
-        }
-    }
-}
-
-fn remove_cgroup_tree(dir: &Path) {
-    if let Ok(rd) = std::fs::read_dir(dir) {
-        for e in rd.flatten() {
-            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                remove_cgroup_tree(&e.path());
-            }
-        }
-    }
-    let _ = std::fs::remove_dir(dir);
-}
-
-/// Unmounts whatever is mounted under `dir` (the kubelet's token and secret tmpfs volumes, if
-/// a pod's were left), deepest first.
-pub fn unmount_under(dir: &Path) {
-    let Ok(text) = std::fs::read_to_string("/proc/self/mountinfo") else { return };
-    let mut points: Vec<&str> =
-        text.lines().filter_map(|l| l.split(' ').nth(4)).filter(|p| Path::new(p).starts_with(dir)).collect();
-    points.sort_by_key(|p| std::cmp::Reverse(p.len()));
-    for p in points {
-        let _ = Command::new("umount").args(["-l", p]).status();
-    }
-}
-
-/// Removes an agent's directory, its mounts first.
-pub fn clean_dir(dir: &Path) {
-    unmount_under(dir);
-    let _ = std::fs::remove_dir_all(dir);
 }

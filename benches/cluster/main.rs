@@ -21,7 +21,10 @@
 //!   CRILET_BENCH_CLUSTER_ONLY     `kubelet` or `crilet`: run that side only (to try it out) [both]
 //!   CRILET_BENCH_MD               where to write the markdown section [stdout only]
 
+// The kubelet's cgroup root and mounts (shared with the node benchmark's kubelet).
 mod agents;
+#[path = "../node/host.rs"]
+mod host;
 // The node benchmark's agent helpers (stopping a child by PID).
 #[path = "../node/agent.rs"]
 #[allow(dead_code)]

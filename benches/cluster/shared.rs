@@ -50,19 +50,7 @@ pub async fn foreign_pods(cri: &CriClient, ns: &str) -> Vec<String> {
         .collect()
 }
 
-/// Removes what the runtime still has of namespace `ns`'s pods (the kubelet leaves stopped
-/// sandboxes and containers for its periodic garbage collection).
-pub async fn remove_runtime_leftovers(cri: &CriClient, ns: &str) {
-    let Ok((sandboxes, containers)) = cri.list_all(Some((keys::POD_NAMESPACE, ns))).await else { return };
-    for c in containers {
-        let _ = cri.stop_container(&c.id, Duration::ZERO).await;
-        let _ = cri.remove_container(&c.id).await;
-    }
-    for s in sandboxes {
-        let _ = cri.stop_sandbox(&s.id).await;
-        let _ = cri.remove_sandbox(&s.id).await;
-    }
-}
+pub use crate::host::remove_runtime_leftovers;
 
 /// The admin client of hack/cluster.sh's kubeconfig.
 pub async fn admin_client(kubeconfig: &str) -> Client {

@@ -25,9 +25,12 @@
 //!   CRILET_BENCH_CLUSTER_ONLY    `kubelet` or `crilet`: that side only [both]
 //!   CRILET_BENCH_MD              where to write the markdown section [stdout only]
 
+// The kubelet's cgroup root and mounts (shared with the node benchmark's kubelet).
 #[path = "../cluster/agents.rs"]
 #[allow(dead_code)]
 mod agents;
+#[path = "../node/host.rs"]
+mod host;
 #[path = "../node/agent.rs"]
 #[allow(dead_code)]
 mod node_agent;

@@ -17,6 +17,8 @@ use crilet::proto::{ListPodsRequest, VersionRequest, VersionResponse};
 #[derive(Default)]
 pub struct Leftovers {
     pub agent: Mutex<Option<(Child, PathBuf)>>,
+    /// The upstream kubelet of `scale` (`kubelet.rs`), with its directory.
+    pub kubelet: Mutex<Option<(Child, PathBuf)>>,
 }
 
 pub struct Agent {
@@ -109,33 +111,17 @@ impl Agent {
 
     /// The first half of [`Agent::write`]: the dotfile, which the agent ignores.
     pub fn stage(&self, name: &str, text: &str) {
-        let tmp = self.manifests.join(format!(".{name}.tmp"));
-        std::fs::write(&tmp, text).expect("write manifest");
-        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o644)).expect("chmod manifest");
+        stage(&self.manifests, name, text);
     }
 
     /// The second half: the staged dotfile renamed into place.
     pub fn place(&self, name: &str) {
-        let tmp = self.manifests.join(format!(".{name}.tmp"));
-        std::fs::rename(&tmp, self.manifests.join(format!("{name}.yaml"))).expect("rename manifest");
+        place(&self.manifests, name);
     }
 
-    /// Stages every manifest first, then renames them all into place at once (as a
-    /// deployment tool swapping a directory's contents does); returns the time just before
-    /// the first rename.
+    /// See [`write_all`].
     pub fn write_all<'a>(&self, pods: impl IntoIterator<Item = (&'a str, String)>) -> Instant {
-        let names: Vec<&str> = pods
-            .into_iter()
-            .map(|(n, text)| {
-                self.stage(n, &text);
-                n
-            })
-            .collect();
-        let t0 = Instant::now();
-        for n in names {
-            self.place(n);
-        }
-        t0
+        write_all(&self.manifests, pods)
     }
 
     pub fn remove(&self, name: &str) {
@@ -155,23 +141,12 @@ impl Agent {
 
     /// (VmRSS, VmHWM) in KiB.
     pub fn memory(&self) -> (u64, u64) {
-        let text = std::fs::read_to_string(format!("/proc/{}/status", self.pid)).expect("/proc/PID/status");
-        let field = |k: &str| {
-            text.lines()
-                .find_map(|l| l.strip_prefix(k))
-                .and_then(|v| v.split_whitespace().next()?.parse().ok())
-                .unwrap_or(0)
-        };
-        (field("VmRSS:"), field("VmHWM:"))
+        memory(self.pid)
     }
 
     /// utime + stime in clock ticks.
     pub fn cpu_ticks(&self) -> u64 {
-        let text = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)).expect("/proc/PID/stat");
-        // Fields after the command (which may hold spaces) start at the state, field 3.
-        let rest = &text[text.rfind(')').expect("stat format") + 2..];
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        f[11].parse::<u64>().unwrap_or(0) + f[12].parse::<u64>().unwrap_or(0)
+        cpu_ticks(self.pid)
     }
 
     /// Removes every manifest and waits until the agent has removed its pods; then stops it.
@@ -183,6 +158,57 @@ impl Agent {
             stop_child(child).await;
         }
     }
+}
+
+/// A manifest staged in `dir` as a dotfile (which an agent, crilet or the kubelet, ignores).
+pub fn stage(dir: &Path, name: &str, text: &str) {
+    let tmp = dir.join(format!(".{name}.tmp"));
+    std::fs::write(&tmp, text).expect("write manifest");
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o644)).expect("chmod manifest");
+}
+
+/// The staged dotfile renamed into place.
+pub fn place(dir: &Path, name: &str) {
+    let tmp = dir.join(format!(".{name}.tmp"));
+    std::fs::rename(&tmp, dir.join(format!("{name}.yaml"))).expect("rename manifest");
+}
+
+/// Stages every manifest first, then renames them all into place at once (as a deployment
+/// tool swapping a directory's contents does); returns the time just before the first rename.
+pub fn write_all<'a>(dir: &Path, pods: impl IntoIterator<Item = (&'a str, String)>) -> Instant {
+    let names: Vec<&str> = pods
+        .into_iter()
+        .map(|(n, text)| {
+            stage(dir, n, &text);
+            n
+        })
+        .collect();
+    let t0 = Instant::now();
+    for n in names {
+        place(dir, n);
+    }
+    t0
+}
+
+/// (VmRSS, VmHWM) of process `pid` in KiB (zeros once it is gone).
+pub fn memory(pid: u32) -> (u64, u64) {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |k: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(k))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+/// utime + stime of process `pid` in clock ticks.
+pub fn cpu_ticks(pid: u32) -> u64 {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/PID/stat");
+    // Fields after the command (which may hold spaces) start at the state, field 3.
+    let rest = &text[text.rfind(')').expect("stat format") + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    f[11].parse::<u64>().unwrap_or(0) + f[12].parse::<u64>().unwrap_or(0)
 }
 
 pub fn remove_manifests(dir: &Path) {

@@ -12,7 +12,7 @@ pub const GROUPS: [&str; 6] = [
     "containerd",
     "containerd-shim",
     "runc and the probe commands (reaped by the shims)",
-    "crilet (the agent)",
+    "the agent (crilet, or the upstream kubelet on its side)",
     "the benchmark itself (the raw client)",
     "the control plane (etcd, kube-*; hack/bench.sh --cluster)",
 ];
@@ -31,7 +31,7 @@ fn group_of(comm: &str) -> Option<usize> {
         c if c.starts_with("containerd-shim") => Some(1),
         // A runc still running at the snapshot (one that ended is in its shim's reaped time).
         c if c.starts_with("runc") => Some(2),
-        c if c.starts_with("crilet") => Some(3),
+        c if c.starts_with("crilet") || c == "kubelet" => Some(3),
         // The bench binary `node-<hash>` (a name cut to 15 characters).
         c if c.starts_with("node-") => Some(4),
         c if c == "etcd" || c.starts_with("kube-") => Some(5),

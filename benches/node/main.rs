@@ -20,9 +20,10 @@
 //! The baseline is the least CRI a start takes (`raw.rs`).
 //!
 //! Pods live in namespaces of their own (`bench-node` for crilet's, `bench-node-raw` for the
-//! baseline's); each scenario runs a fresh agent (binary: this build's `crilet`) with its
-//! directories in a temp dir under /var/lib/crilet-dev. Every pod, sandbox, the agent (by PID)
-//! and the temp dir are removed at the end, also after a panic or Ctrl-C.
+//! baseline's, `bench-node-kubelet` for the upstream kubelet's in `scale`); each scenario runs a
+//! fresh agent (binary: this build's `crilet`) with its directories in a temp dir under
+//! /var/lib/crilet-dev. Every pod, sandbox, the agent and the kubelet (by PID) and the temp dir
+//! are removed at the end, also after a panic or Ctrl-C.
 //!
 //! Needs the environment of `hack/setup.sh`. Run: `cargo bench --bench node [-- SCENARIO...]`
 //! or `hack/bench.sh`. Environment (defaults in brackets):
@@ -34,6 +35,7 @@
 //!   CRILET_BENCH_SCALE_PODS  pods of scale [110]
 //!   CRILET_BENCH_SCALE_WINDOW steady window of scale, seconds [60]
 //!   CRILET_BENCH_SCALE_PROBES 0: scale's pods without probes, a diagnostic [1]
+//!   CRILET_BENCH_KUBELET_BIN the upstream kubelet: `scale` runs it too, as the peer [none]
 //!   CRILET_BENCH_TERM_RUNS   runs per case of terminate [5]
 //!   CRILET_BENCH_TERM_GRACE  terminationGracePeriodSeconds of terminate [3]
 //!   CRILET_BENCH_JSON        where to write the JSON summary [none]
@@ -41,6 +43,8 @@
 mod agent;
 mod cpu;
 mod events;
+mod host;
+mod kubelet;
 mod raw;
 mod report;
 mod scale;
@@ -148,7 +152,7 @@ async fn run(ctx: Ctx, which: Vec<String>, summary: Arc<Mutex<Summary>>) {
 /// by this one when the agent could not).
 async fn force_remove(cri: &CriClient) -> usize {
     let mut n = 0;
-    for ns in [NS, RAW_NS] {
+    for ns in [NS, RAW_NS, kubelet::KUBELET_NS] {
         let Ok((sbs, _)) = cri.list_all(Some((keys::POD_NAMESPACE, ns))).await else { continue };
         for sb in sbs {
             let _ = cri.stop_sandbox(&sb.id).await;
@@ -160,9 +164,11 @@ async fn force_remove(cri: &CriClient) -> usize {
     n
 }
 
-/// Removes what a failed or interrupted run left: the agent's pods (through the agent, then
-/// directly), the baseline's sandboxes, the agent process (by PID).
+/// Removes what a failed or interrupted run left: the kubelet (by PID) and what it leaves, the
+/// agent's pods (through the agent, then directly), the baseline's sandboxes, the agent process
+/// (by PID).
 async fn cleanup(ctx: &Ctx) {
+    kubelet::stop(&ctx.cri, &ctx.left).await;
     let taken = ctx.left.agent.lock().unwrap().take();
     if let Some((mut child, manifests)) = taken {
         agent::remove_manifests(&manifests);

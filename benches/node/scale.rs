@@ -4,6 +4,7 @@
 
 use std::time::{Duration, Instant};
 
+use crate::kubelet::{self, Kubelet};
 use crate::report::{Row, Scenario, ratio_row};
 use crate::start::{Observe, RAW, keys, observed_by, spawn_wait};
 use crate::{Ctx, NS, RAW_NS, cpu, env_num, ms, raw};
@@ -216,60 +217,108 @@ struct Cost {
     not_ready: usize,
 }
 
-/// crilet: N manifests renamed in at once; all running (events), all Ready (ListPods every
-/// 250 ms), then the steady window.
-/// The window is skipped (no cost) for `window` None.
-async fn crilet_run(
+/// The agent under test on a side of its own: crilet, or the upstream kubelet (its peer).
+#[derive(Clone, Copy, PartialEq)]
+enum AgentKind {
+    Crilet,
+    Kubelet,
+}
+
+enum Running {
+    Crilet(crate::agent::Agent),
+    Kubelet(Kubelet),
+}
+
+impl Running {
+    async fn list_pods(&self, namespace: &str) -> Vec<serde_json::Value> {
+        match self {
+            Running::Crilet(a) => a.list_pods(namespace).await,
+            Running::Kubelet(k) => k.list_pods(namespace).await,
+        }
+    }
+}
+
+/// An agent: N manifests renamed in at once; all running (a CRI list, the same for every
+/// side), all Ready (the agent's own pod list every 250 ms: crilet's control socket, the
+/// kubelet's read-only port), then the steady window (skipped, no cost, for `window` None).
+async fn agent_run(
     ctx: &Ctx,
+    kind: AgentKind,
     names: &[String],
     limit: Duration,
     window: Option<Duration>,
 ) -> (f64, f64, Cpu, Option<Cost>, Phases) {
-    let agent = ctx.agent("scale").await;
+    let (agent, ns, pods, manifests, pid) = match kind {
+        AgentKind::Crilet => {
+            let a = ctx.agent("scale").await;
+            let (m, pid) = (a.manifests.clone(), a.pid);
+            (Running::Crilet(a), NS, names.to_vec(), m, pid)
+        }
+        AgentKind::Kubelet => {
+            let bin = kubelet::bin().expect("CRILET_BENCH_KUBELET_BIN");
+            let dir = ctx.dir.join("scale-kubelet");
+            let k = Kubelet::start(&bin, &ctx.cri, &ctx.endpoint, dir, ctx.left.clone()).await;
+            let (m, pid) = (k.manifests.clone(), k.pid);
+            // A static pod is named after its manifest and the node.
+            let pods = names.iter().map(|n| format!("{n}-{}", kubelet::NODE)).collect();
+            (Running::Kubelet(k), kubelet::KUBELET_NS, pods, m, pid)
+        }
+    };
+    let label = if kind == AgentKind::Crilet { "crilet" } else { "kubelet" };
     // Pods added to a node that has been running: within its first probe period a (re)started
     // agent, like the kubelet, delays each probe's first run by a random part of the period so
     // that probes do not all fire at once; that start-up spread is not what is measured here.
     tokio::time::sleep(PERIOD + Duration::from_secs(1)).await;
-    let waiter = spawn_wait(ctx, NS, keys(names, &["side", "app"]), Instant::now() + limit, Observe::List);
+    let waiter = spawn_wait(ctx, ns, keys(&pods, &["side", "app"]), Instant::now() + limit, Observe::List);
     let cpu0 = cpu::shot();
-    let t0 = agent.write_all(names.iter().map(|n| (n.as_str(), manifest(n, NS, &ctx.image))));
-    let seen = waiter.await.expect("waiting for crilet's pods");
-    let phases = Phases::of(&seen, names, t0);
+    let t0 =
+        crate::agent::write_all(&manifests, names.iter().map(|n| (n.as_str(), manifest(n, ns, &ctx.image))));
+    let seen = waiter.await.unwrap_or_else(|e| panic!("waiting for the {label}'s pods: {e}"));
+    let phases = Phases::of(&seen, &pods, t0);
     let started = seen.into_values().max().unwrap_or(t0);
     let deadline = t0 + limit;
     let ready = loop {
-        let pods = agent.list_pods(NS).await;
+        let listed = agent.list_pods(ns).await;
         let at = Instant::now();
-        if all_ready(&pods, names.len()) {
+        if all_ready(&listed, names.len()) {
             break at;
         }
-        assert!(at < deadline, "crilet's pods not all Ready in {limit:?}");
+        assert!(at < deadline, "the {label}'s pods not all Ready in {limit:?}");
         tokio::time::sleep(READY_POLL).await;
     };
     let cpu = cpu::spent(&cpu0, &cpu::shot(), clk_tck());
     eprintln!(
-        "  crilet: all running {:.1} s, all Ready {:.1} s, {:.1} CPU-s {:.1?}; {}",
+        "  {label}: all running {:.1} s, all Ready {:.1} s, {:.1} CPU-s {:.1?}; {}",
         (started - t0).as_secs_f64(),
         (ready - t0).as_secs_f64(),
         cpu.0,
         cpu.1,
         phases.line()
     );
-    let Some(window) = window else {
-        agent.stop(&ctx.cri, NS).await;
-        return (ms(started - t0), ms(ready - t0), cpu, None, phases);
+    let cost = match window {
+        Some(window) => Some(steady(&agent, pid, ns, names.len(), window).await),
+        None => None,
     };
+    match agent {
+        Running::Crilet(a) => a.stop(&ctx.cri, NS).await,
+        Running::Kubelet(k) => k.stop(&ctx.cri).await,
+    }
+    (ms(started - t0), ms(ready - t0), cpu, cost, phases)
+}
+
+/// What the agent (process `pid`) costs with its `n` pods running and nothing polling it.
+async fn steady(agent: &Running, pid: u32, ns: &str, n: usize, window: Duration) -> Cost {
     // Let the start's tail (status writes, first probe round) pass first.
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let (c0, w0) = (agent.cpu_ticks(), Instant::now());
+    let (c0, w0) = (crate::agent::cpu_ticks(pid), Instant::now());
     let mut rss_max = 0;
     while w0.elapsed() < window {
-        rss_max = rss_max.max(agent.memory().0);
+        rss_max = rss_max.max(crate::agent::memory(pid).0);
         tokio::time::sleep(Duration::from_secs(1).min(window.saturating_sub(w0.elapsed()))).await;
     }
-    let (c1, secs) = (agent.cpu_ticks(), w0.elapsed().as_secs_f64());
-    let (rss, hwm) = agent.memory();
-    let pods = agent.list_pods(NS).await;
+    let (c1, secs) = (crate::agent::cpu_ticks(pid), w0.elapsed().as_secs_f64());
+    let (rss, hwm) = crate::agent::memory(pid);
+    let pods = agent.list_pods(ns).await;
     let restarts = pods
         .iter()
         .flat_map(|p| {
@@ -282,16 +331,14 @@ async fn crilet_run(
         })
         .filter_map(|c| c["restartCount"].as_i64())
         .sum();
-    let not_ready = names.len() - pods.iter().filter(|p| all_ready(std::slice::from_ref(p), 1)).count();
-    let cost = Cost {
+    let not_ready = n - pods.iter().filter(|p| all_ready(std::slice::from_ref(p), 1)).count();
+    Cost {
         rss_max_kib: rss_max.max(rss),
         hwm_kib: hwm,
         cpu_pct: (c1 - c0) as f64 / clk_tck() / secs * 100.0,
         restarts,
         not_ready,
-    };
-    agent.stop(&ctx.cri, NS).await;
-    (ms(started - t0), ms(ready - t0), cpu, Some(cost), phases)
+    }
 }
 
 pub async fn run(ctx: &Ctx) -> Scenario {
@@ -307,7 +354,8 @@ pub async fn run(ctx: &Ctx) -> Scenario {
     let (mut raw_phases, mut cri_phases) = (Phases::default(), Phases::default());
     // [machine, each group of cpu::GROUPS], per round.
     let groups = || vec![vec![]; cpu::GROUPS.len() + 1];
-    let (mut raw_cpu, mut sched_cpu, mut cri_cpu) = (groups(), groups(), groups());
+    let (mut raw_cpu, mut sched_cpu, mut cri_cpu, mut kub_cpu) = (groups(), groups(), groups(), groups());
+    let (mut kub_run_ms, mut kub_ready_ms, mut kub_cost) = (vec![], vec![], None);
     let push = |to: &mut Vec<Vec<f64>>, c: Cpu| {
         for (i, v) in std::iter::once(c.0).chain(c.1).enumerate() {
             to[i].push(v);
@@ -320,10 +368,15 @@ pub async fn run(ctx: &Ctx) -> Scenario {
         Raw,
         Scheduled,
         Crilet,
+        Kubelet,
     }
     let mut sides = vec![Side::Raw, Side::Crilet];
     if probes() {
         sides.insert(1, Side::Scheduled);
+    }
+    let peer = kubelet::bin().is_some();
+    if peer {
+        sides.push(Side::Kubelet);
     }
     for r in 0..rounds {
         let last = r + 1 == rounds;
@@ -344,17 +397,32 @@ pub async fn run(ctx: &Ctx) -> Scenario {
                     sched_probes.push(n as f64);
                 }
                 Side::Crilet => {
-                    let (a, b, c, k, p) = crilet_run(ctx, &names, limit, last.then_some(window)).await;
+                    let (a, b, c, k, p) =
+                        agent_run(ctx, AgentKind::Crilet, &names, limit, last.then_some(window)).await;
                     push(&mut cri_cpu, c);
                     cri_phases.add(p);
                     cri_run_ms.push(a);
                     cri_ready_ms.push(b);
                     cost = cost.or(k);
                 }
+                Side::Kubelet => {
+                    let (a, b, c, k, _) =
+                        agent_run(ctx, AgentKind::Kubelet, &names, limit, last.then_some(window)).await;
+                    push(&mut kub_cpu, c);
+                    kub_run_ms.push(a);
+                    kub_ready_ms.push(b);
+                    kub_cost = kub_cost.or(k);
+                }
             }
         }
+        let against_kubelet = match (kub_run_ms.get(r), kub_ready_ms.get(r)) {
+            (Some(run), Some(ready)) => {
+                format!("; against the kubelet {:.2}×, {:.2}×", cri_run_ms[r] / run, cri_ready_ms[r] / ready)
+            }
+            _ => String::new(),
+        };
         eprintln!(
-            "  round {r}: all running {:.2}×, all Ready {:.2}×",
+            "  round {r}: all running {:.2}×, all Ready {:.2}×{against_kubelet}",
             cri_run_ms[r] / raw_run_ms[r],
             cri_ready_ms[r] / raw_ready_ms[r]
         );
@@ -481,6 +549,49 @@ pub async fn run(ctx: &Ctx) -> Scenario {
                 cpu_note(" (that baseline)", &sched_cpu, &cri_cpu)
             ),
         );
+    }
+    if let Some(k) = kub_cost.as_ref().filter(|_| peer) {
+        // The peer: the baseline column is the upstream kubelet's, run standalone on the same
+        // containerd with the same manifests in its static pod directory.
+        let vs = "against the upstream kubelet";
+        scenario.rows.extend([
+            ratio_row(
+                &format!("t0 → all {} containers running, {vs}", 2 * n),
+                &kub_run_ms,
+                &cri_run_ms,
+                "ms",
+                None,
+            ),
+            ratio_row(&format!("t0 → all {n} pods Ready, {vs}"), &kub_ready_ms, &cri_ready_ms, "ms", None),
+            ratio_row(&format!("machine CPU, t0 → all Ready, {vs}"), &kub_cpu[0], &cri_cpu[0], "CPU-s", None),
+            ratio_row(
+                &format!("agent RSS in the window (VmRSS, max), {vs}"),
+                &[mib(k.rss_max_kib)],
+                &[mib(cost.rss_max_kib)],
+                "MiB",
+                None,
+            ),
+            ratio_row(
+                &format!("agent CPU in the window (% of one core), {vs}"),
+                &[k.cpu_pct],
+                &[cost.cpu_pct],
+                "%",
+                None,
+            ),
+        ]);
+        scenario.notes.push(format!(
+            "The rows \"{vs}\" compare with the node agent users run instead of crilet, in each round (in the \
+             turning order): the upstream kubelet ({}), standalone (no API server; anonymous access to its own API on \
+             127.0.0.1 only, cgroupfs under a cgroup root of its own, no image GC or eviction thresholds), on the \
+             same containerd, the same {n} manifests renamed at once into its static pod directory, an agent up for \
+             more than one probe period; running observed the same way, Ready through its read-only /pods \
+             (127.0.0.1, every 250 ms), its steady window measured as crilet's. After its window: {} container \
+             restarts, {} pods not Ready. {}",
+            kubelet::bin().map(|b| b.display().to_string()).unwrap_or_default(),
+            k.restarts,
+            k.not_ready,
+            cpu_note(" (the upstream kubelet)", &kub_cpu, &cri_cpu)
+        ));
     }
     scenario
 }
