@@ -26,7 +26,7 @@
 # runs the restart benchmark there and switches back to 2.1 afterwards, also on failure or
 # Ctrl-C. WARNING: a runtime switch stops the running containerd and tears down its pods,
 # including those of tests someone else runs on this machine right now: run the full thing on
-# a quiet machine, and use --no-relist otherwise. The default run takes about 25 minutes on 2
+# a quiet machine, and use --no-relist otherwise. The default run takes about 30 minutes on 2
 # cores.
 # Environment: the benchmarks' knobs pass through, e.g. CRILET_BENCH_SEQ_PODS,
 #   CRILET_BENCH_BURST_PODS, CRILET_BENCH_BURST_ROUNDS, CRILET_BENCH_SCALE_PODS,

@@ -21,6 +21,8 @@ pub const GROUPS: [&str; 6] = [
 pub struct Shot {
     /// Busy clock ticks of the whole machine (/proc/stat: all but idle and iowait).
     busy: u64,
+    /// Ticks the hypervisor gave to others while this machine's CPUs wanted to run (steal).
+    steal: u64,
     /// (pid, start time) → (group index, own ticks, reaped children's ticks).
     procs: HashMap<(u32, u64), (Option<usize>, u64, u64)>,
 }
@@ -52,6 +54,7 @@ pub fn shot() -> Shot {
             .collect();
         // user nice system idle iowait irq softirq steal (guest time is inside user already)
         s.busy = f.iter().take(8).enumerate().filter(|(i, _)| !matches!(i, 3 | 4)).map(|(_, v)| v).sum();
+        s.steal = f.get(7).copied().unwrap_or(0);
     }
     let Ok(dir) = std::fs::read_dir("/proc") else { return s };
     for e in dir.flatten() {
@@ -69,7 +72,11 @@ pub fn shot() -> Shot {
     s
 }
 
-/// CPU seconds between `before` and `after`: the machine's, then each of [`GROUPS`].
+/// Where the hypervisor's steal time is in [`spent`]'s list: after the groups.
+pub const STEAL: usize = GROUPS.len();
+
+/// CPU seconds between `before` and `after`: the machine's, then each of [`GROUPS`], then the
+/// steal time (a virtual machine's CPUs waiting for the host: a round slowed from outside).
 pub fn spent(before: &Shot, after: &Shot, tck: f64) -> (f64, Vec<f64>) {
     let mut groups = vec![0u64; GROUPS.len()];
     for (k, (g, own, reaped)) in &after.procs {
@@ -81,5 +88,6 @@ pub fn spent(before: &Shot, after: &Shot, tck: f64) -> (f64, Vec<f64>) {
         groups[to] += reaped.saturating_sub(reaped0);
     }
     let secs = |t: u64| t as f64 / tck;
+    groups.push(after.steal.saturating_sub(before.steal));
     (secs(after.busy.saturating_sub(before.busy)), groups.into_iter().map(secs).collect())
 }

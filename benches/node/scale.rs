@@ -353,7 +353,7 @@ pub async fn run(ctx: &Ctx) -> Scenario {
     let mut cost = None;
     let (mut raw_phases, mut cri_phases) = (Phases::default(), Phases::default());
     // [machine, each group of cpu::GROUPS], per round.
-    let groups = || vec![vec![]; cpu::GROUPS.len() + 1];
+    let groups = || vec![vec![]; cpu::STEAL + 2];
     let (mut raw_cpu, mut sched_cpu, mut cri_cpu, mut kub_cpu) = (groups(), groups(), groups(), groups());
     let (mut kub_run_ms, mut kub_ready_ms, mut kub_cost) = (vec![], vec![], None);
     let push = |to: &mut Vec<Vec<f64>>, c: Cpu| {
@@ -509,6 +509,12 @@ pub async fn run(ctx: &Ctx) -> Scenario {
                 "After the window: {} container restarts (expected 0), {} pods not Ready (expected 0).",
                 cost.restarts, cost.not_ready
             ),
+            steal_note(&[
+                ("baseline", &raw_cpu),
+                ("baseline also probing every period", &sched_cpu),
+                ("crilet", &cri_cpu),
+                ("upstream kubelet", &kub_cpu),
+            ]),
         ],
         ..Default::default()
     };
@@ -594,6 +600,23 @@ pub async fn run(ctx: &Ctx) -> Scenario {
         ));
     }
     scenario
+}
+
+/// The hypervisor's steal time of each side's rounds, from t0 to all Ready (rounds in order).
+fn steal_note(sides: &[(&str, &Vec<Vec<f64>>)]) -> String {
+    let parts: Vec<String> = sides
+        .iter()
+        .filter(|(_, c)| !c[cpu::STEAL + 1].is_empty())
+        .map(|(side, c)| {
+            let rounds: Vec<String> = c[cpu::STEAL + 1].iter().map(|v| format!("{v:.1}")).collect();
+            format!("{side} {}", rounds.join(", "))
+        })
+        .collect();
+    format!(
+        "Steal time, CPU-s from t0 to all Ready in each round (/proc/stat: this virtual machine's CPUs \
+         waiting for the host, a round slowed from outside): {}.",
+        parts.join("; ")
+    )
 }
 
 /// The machine's CPU from t0 to all Ready, by process group (medians of the rounds).
