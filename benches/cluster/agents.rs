@@ -102,6 +102,7 @@ impl Agent {
         let id = identity(env, kind.node());
         let mut cmd = match kind {
             Kind::Kubelet => {
+                crate::host::note_kube_chains();
                 cgroup_root(true);
                 let config = dir.join("config.yaml");
                 std::fs::write(&config, kubelet_config(env, &dir)).expect("kubelet config");
@@ -216,6 +217,7 @@ impl Agent {
                 unmount_under(&root);
             }
             cgroup_root(false);
+            crate::host::remove_new_kube_chains();
         }
     }
 }

@@ -1,9 +1,12 @@
 //! What a kubelet run by a benchmark leaves on the host, and how it goes: its cgroup root in
-//! every cgroup v1 hierarchy, the mounts under its root directory. Shared by the node
-//! benchmark's standalone kubelet and the cluster benchmarks' joined one.
+//! every cgroup v1 hierarchy, the mounts under its root directory, the stopped pods it leaves
+//! for its garbage collection, its iptables chains. Shared by the node benchmark's standalone
+//! kubelet and the cluster benchmarks' joined one.
 
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use crilet::cri::CriClient;
@@ -96,4 +99,72 @@ pub fn unmount_under(dir: &Path) {
 pub fn clean_dir(dir: &Path) {
     unmount_under(dir);
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The iptables chains named `KUBE-*` in each table the kubelet writes (both address families),
+/// as (command, table, chain).
+type Chains = BTreeSet<(&'static str, &'static str, String)>;
+
+const IPTABLES: [&str; 2] = ["iptables", "ip6tables"];
+const TABLES: [&str; 3] = ["filter", "nat", "mangle"];
+
+/// The `KUBE-*` chains there were before the first kubelet of this run started.
+static CHAINS_BEFORE: OnceLock<Chains> = OnceLock::new();
+
+fn rules(cmd: &str, table: &str) -> Vec<String> {
+    Command::new(cmd)
+        .args(["-w", "-t", table, "-S"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).lines().map(str::to_string).collect())
+        .unwrap_or_default()
+}
+
+fn kube_chains() -> Chains {
+    let mut chains = Chains::new();
+    for cmd in IPTABLES {
+        for table in TABLES {
+            for r in rules(cmd, table) {
+                if let Some(chain) = r.strip_prefix("-N ").filter(|c| c.starts_with("KUBE-")) {
+                    chains.insert((cmd, table, chain.to_string()));
+                }
+            }
+        }
+    }
+    chains
+}
+
+/// Notes the `KUBE-*` chains there are before a kubelet starts (once per run).
+pub fn note_kube_chains() {
+    CHAINS_BEFORE.get_or_init(kube_chains);
+}
+
+/// Removes the `KUBE-*` chains a kubelet of this run made (its canary chains, KUBE-FIREWALL and
+/// the INPUT/OUTPUT rules that jump to it, KUBE-IPTABLES-HINT): the rules that jump to them
+/// first, then the chains. Chains that were there before are left alone.
+pub fn remove_new_kube_chains() {
+    let Some(before) = CHAINS_BEFORE.get() else { return };
+    let made: Vec<_> = kube_chains().difference(before).cloned().collect();
+    let run = |cmd: &str, table: &str, args: &[&str]| {
+        let _ = Command::new(cmd).args(["-w", "-t", table]).args(args).status();
+    };
+    for (cmd, table, chain) in &made {
+        let jump = format!(" -j {chain}");
+        for r in rules(cmd, table) {
+            let Some(rule) = r.strip_prefix("-A ") else { continue };
+            let from = rule.split(' ').next().unwrap_or("");
+            if from != chain.as_str() && (rule.ends_with(&jump) || rule.contains(&format!("{jump} "))) {
+                // `-S` prints a rule as shell words (a comment is quoted): a shell splits it back.
+                let line = format!("{cmd} -w -t {table} -D {rule}");
+                let _ = Command::new("sh").args(["-c", &line]).status();
+            }
+        }
+    }
+    for (cmd, table, chain) in &made {
+        run(cmd, table, &["-F", chain]);
+    }
+    for (cmd, table, chain) in &made {
+        run(cmd, table, &["-X", chain]);
+    }
 }

@@ -88,6 +88,7 @@ impl Kubelet {
         }
         let config_path = dir.join("config.yaml");
         std::fs::write(&config_path, config(endpoint, &dir, &manifests)).expect("kubelet config");
+        crate::host::note_kube_chains();
         cgroup_root(true);
         let log = std::fs::File::create(dir.join("kubelet.log")).expect("kubelet log");
         let child = Command::new(bin)
@@ -167,6 +168,7 @@ pub async fn stop(cri: &CriClient, left: &Leftovers) {
     crate::host::remove_runtime_leftovers(cri, KUBELET_NS).await;
     clean_dir(&dir);
     cgroup_root(false);
+    crate::host::remove_new_kube_chains();
 }
 
 /// "namespace/name" of each ready sandbox of the runtime.
