@@ -38,8 +38,20 @@ async fn status_shows_a_restart_as_soon_as_the_runtime_does() {
     let first = container_id(&p, "main").expect("first instance");
     std::fs::write(dir.join("exit"), "").expect("signal");
     let second = running_attempt(&a, &uid, "main", 1).await;
-    // No sleep and no retry: the agent published what it did before it went back to waiting.
-    let p = a.pod("fresh").expect("pod listed");
+    // The runtime shows the new instance a moment before the agent's StartContainer call has
+    // returned and its status is published (one ContainerStatus later). Wait for that moment
+    // only, half a relist period: a status that waited for the relist's wake to catch up (up to
+    // 1 s later in relist mode) would mostly miss it.
+    let deadline = std::time::Instant::now() + Duration::from_millis(500);
+    let p = loop {
+        let p = a.pod("fresh").expect("pod listed");
+        if container_id(&p, "main").as_deref() == Some(second.as_str())
+            || std::time::Instant::now() >= deadline
+        {
+            break p;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
     let st = cstatus(&p, "main").expect("status of main");
     assert_eq!(st["restartCount"], 1, "restartCount: {st}");
     assert_eq!(container_id(&p, "main").as_deref(), Some(second.as_str()), "the new instance: {st}");
