@@ -5,8 +5,6 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use crilet::cri::CriClient;
-use crilet::model::keys;
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use kube::Client;
 use kube::api::{Api, PostParams};
@@ -35,22 +33,7 @@ pub fn env_files(script: &str) -> HashMap<String, String> {
     vars
 }
 
-/// Pods of the runtime outside namespace `ns` that run: the kubelet would kill them.
-pub async fn foreign_pods(cri: &CriClient, ns: &str) -> Vec<String> {
-    let Ok((sandboxes, _)) = cri.list_all(None).await else { return vec![] };
-    sandboxes
-        .iter()
-        .filter(|s| s.state == crilet::cri::api::PodSandboxState::SandboxReady as i32)
-        .filter_map(|s| {
-            let pod_ns = s.labels.get(keys::POD_NAMESPACE).map(String::as_str).unwrap_or("");
-            (pod_ns != ns).then(|| {
-                format!("{pod_ns}/{}", s.labels.get(keys::POD_NAME).map(String::as_str).unwrap_or("?"))
-            })
-        })
-        .collect()
-}
-
-pub use crate::host::remove_runtime_leftovers;
+pub use crate::host::{foreign_pods, remove_runtime_leftovers};
 
 /// The admin client of hack/cluster.sh's kubeconfig.
 pub async fn admin_client(kubeconfig: &str) -> Client {

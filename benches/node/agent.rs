@@ -105,17 +105,7 @@ impl Agent {
     /// Writes a manifest the way careful tools do: a dotfile (not a manifest) in the same
     /// directory, then renamed into place, so the agent never reads half a file.
     pub fn write(&self, name: &str, text: &str) {
-        self.stage(name, text);
-        self.place(name);
-    }
-
-    /// The first half of [`Agent::write`]: the dotfile, which the agent ignores.
-    pub fn stage(&self, name: &str, text: &str) {
         stage(&self.manifests, name, text);
-    }
-
-    /// The second half: the staged dotfile renamed into place.
-    pub fn place(&self, name: &str) {
         place(&self.manifests, name);
     }
 
@@ -137,16 +127,6 @@ impl Agent {
             .expect("ListPods")
             .into_inner();
         resp.pods.iter().filter_map(|p| serde_json::from_str(&p.pod_json).ok()).collect()
-    }
-
-    /// (VmRSS, VmHWM) in KiB.
-    pub fn memory(&self) -> (u64, u64) {
-        memory(self.pid)
-    }
-
-    /// utime + stime in clock ticks.
-    pub fn cpu_ticks(&self) -> u64 {
-        cpu_ticks(self.pid)
     }
 
     /// Removes every manifest and waits until the agent has removed its pods; then stops it.

@@ -41,6 +41,21 @@ protectKernelDefaults: false
     )
 }
 
+/// Pods of the runtime outside namespace `ns` that run: the kubelet would kill them.
+pub async fn foreign_pods(cri: &CriClient, ns: &str) -> Vec<String> {
+    let Ok((sandboxes, _)) = cri.list_all(None).await else { return vec![] };
+    sandboxes
+        .iter()
+        .filter(|s| s.state == crilet::cri::api::PodSandboxState::SandboxReady as i32)
+        .filter_map(|s| {
+            let pod_ns = s.labels.get(keys::POD_NAMESPACE).map(String::as_str).unwrap_or("");
+            (pod_ns != ns).then(|| {
+                format!("{pod_ns}/{}", s.labels.get(keys::POD_NAME).map(String::as_str).unwrap_or("?"))
+            })
+        })
+        .collect()
+}
+
 /// Removes what the runtime still has of namespace `ns`'s pods (the kubelet leaves stopped
 /// sandboxes and containers for its periodic garbage collection).
 pub async fn remove_runtime_leftovers(cri: &CriClient, ns: &str) {

@@ -74,7 +74,7 @@ impl Kubelet {
         dir: PathBuf,
         left: Arc<Leftovers>,
     ) -> Kubelet {
-        let others = running_pods(cri).await;
+        let others = crate::host::foreign_pods(cri, KUBELET_NS).await;
         assert!(
             others.is_empty(),
             "the runtime runs pods the benchmark did not start ({}): the kubelet would kill them. Run this on a quiet machine.",
@@ -169,19 +169,6 @@ pub async fn stop(cri: &CriClient, left: &Leftovers) {
     clean_dir(&dir);
     cgroup_root(false);
     crate::host::remove_new_kube_chains();
-}
-
-/// "namespace/name" of each ready sandbox of the runtime.
-async fn running_pods(cri: &CriClient) -> Vec<String> {
-    let Ok((sandboxes, _)) = cri.list_all(None).await else { return vec![] };
-    sandboxes
-        .iter()
-        .filter(|s| s.state == api::PodSandboxState::SandboxReady as i32)
-        .map(|s| {
-            let label = |k: &str| s.labels.get(k).map(String::as_str).unwrap_or("?").to_string();
-            format!("{}/{}", label(keys::POD_NAMESPACE), label(keys::POD_NAME))
-        })
-        .collect()
 }
 
 /// IDs of the ready sandboxes and running containers of `namespace`.
