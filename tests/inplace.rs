@@ -228,7 +228,11 @@ async fn image_only_change_updates_in_place() {
     assert_eq!(webs[0].restart_count, 1);
     // The new image by digest, in the API and in CRI.
     let image_id = cstatus(&p2, "web").and_then(|c| c["imageID"].as_str()).unwrap_or_default();
-    assert_eq!(image_id, webs[0].image_ref, "imageID from CRI");
+    // Both name the new image, not necessarily with the same words: the runtime names an image
+    // by the first of its repo digests at the moment it is asked (by its ID where it has none),
+    // and `floating_tag_update_warns`, running beside this test, gives the same content a
+    // second repository for a while. `foundation.rs` checks the field is CRI's, word for word.
+    assert_image(&a, &webs[0].image_ref, "CRILET_IMAGE_WEB_V2", "CRILET_IMAGE_WEB_V1").await;
     assert_image(&a, image_id, "CRILET_IMAGE_WEB_V2", "CRILET_IMAGE_WEB_V1").await;
     assert_eq!(cstatus(&p2, "web").and_then(|c| c["ready"].as_bool()), Some(true));
     // emptyDir content kept.
