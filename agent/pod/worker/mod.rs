@@ -29,8 +29,8 @@ use super::plan::{
 };
 use super::spec::{Kind, pod_dir, pod_log_dir, sandbox_config, termination_grace};
 use super::start::{
-    ImagesSeen, StartRequest, backoff_key, crash_backoff_wait, create_sandbox, ensure_image, look_up_images,
-    start_container,
+    FAILED_MOUNT, ImagesSeen, StartRequest, backoff_key, crash_backoff_wait, create_sandbox, ensure_image,
+    look_up_images, mount_retry_after, start_container,
 };
 use super::terminate::{kill_one, kill_pod};
 use super::update::{self, PulledImage, UpdateState};
@@ -101,6 +101,8 @@ struct Worker {
     acted: bool,
     /// In-place resize (KEP-1287): the allocation and the resize conditions.
     resize: resize::ResizeState,
+    /// Volume set-ups that failed in a row (their own back-off, `mount_retry_after`).
+    mount_failures: u32,
 }
 
 /// Runs a pod worker until its pod has terminated (or the agent stops). `synced` fires after the
@@ -151,6 +153,7 @@ pub async fn run_worker(
         live: None,
         acted: false,
         resize: resize::ResizeState::default(),
+        mount_failures: 0,
     };
     async move {
         let mut failures: u32 = 0;
@@ -417,6 +420,7 @@ impl Worker {
                 images_seen = Some(seen);
                 match made {
                     Ok((id, status)) => {
+                        self.mount_failures = 0;
                         // The pod cgroup's values, before any container starts (the kubelet's pod
                         // container manager); the runtime made the cgroup with the sandbox.
                         let _span = tracing::trace_span!("pod_cgroup").entered();
@@ -434,6 +438,12 @@ impl Worker {
                                 Some(ObservedPod { uid, sandboxes: vec![sb], containers: Vec::new() });
                         }
                         (id, ips, attempt)
+                    }
+                    Err(e) if e.reason == FAILED_MOUNT => {
+                        self.mount_failures = self.mount_failures.saturating_add(1);
+                        let wait = mount_retry_after(self.mount_failures);
+                        warn!(error = %e.message, retry_in_ms = wait.as_millis() as u64, "setting up the volumes failed; retrying");
+                        return Ok(Some(now_ns() + i64::try_from(wait.as_nanos()).unwrap_or(i64::MAX)));
                     }
                     Err(e) => {
                         // Retried after the kubelet's sync back-off (10 s, R12.9).
@@ -544,6 +554,24 @@ mod tests {
         ];
         for (failures, jitter, want) in cases {
             assert_eq!(retry_after(failures, jitter), want, "{failures} failures, jitter {jitter}");
+        }
+    }
+
+    #[test]
+    fn failed_mounts_back_off_from_half_a_second_to_the_kubelets_cap() {
+        let ms = Duration::from_millis;
+        // (failed set-ups in a row, wait)
+        let cases = [
+            (0, ms(500)),
+            (1, ms(500)),
+            (2, ms(1000)),
+            (3, ms(2000)),
+            (8, ms(64_000)),
+            (9, ms(122_000)),
+            (99, ms(122_000)),
+        ];
+        for (failures, want) in cases {
+            assert_eq!(mount_retry_after(failures), want, "{failures} failures");
         }
     }
 }
