@@ -4,12 +4,15 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{Node, NodeStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, reflector, watcher};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -98,6 +101,7 @@ async fn runtime_readiness(cri: &CriClient) -> RuntimeReadiness {
 /// publishes whether the last write worked.
 pub async fn run_status(link: Arc<ClusterLink>, cri: CriClient, facts: NodeFacts, cancel: CancellationToken) {
     let nodes: Api<Node> = Api::all(link.client.clone());
+    let (watched, watch_current) = watch_own_node(&nodes, &facts.name, cancel.clone());
     let mut written: Option<(NodeStatus, tokio::time::Instant)> = None;
     let mut tick = tokio::time::interval(STATUS_CHECK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -109,14 +113,20 @@ pub async fn run_status(link: Arc<ClusterLink>, cri: CriClient, facts: NodeFacts
         let ready = runtime_readiness(&cri).await;
         // Compared with the Node as the API server has it (as the kubelet does): the node
         // lifecycle controller rewrites its conditions (Unknown) while the agent cannot reach the
-        // API server, and that must be corrected as soon as it can again.
-        let live = match nodes.get_opt(&facts.name).await {
-            Ok(n) => n.and_then(|n| n.status),
-            Err(e) => {
-                debug!(error = %e, "reading the Node failed; retrying");
-                link.api_failed(&e.to_string());
-                continue;
-            }
+        // API server, and that must be corrected as soon as it can again. Read from the watch,
+        // as the kubelet reads its node lister; from the API server until the watch has listed.
+        let cached =
+            watch_current.load(Ordering::Relaxed).then(|| watched.state().into_iter().next()).flatten();
+        let live = match cached {
+            Some(n) => n.status.clone(),
+            None => match nodes.get_opt(&facts.name).await {
+                Ok(n) => n.and_then(|n| n.status),
+                Err(e) => {
+                    debug!(error = %e, "reading the Node failed; retrying");
+                    link.api_failed(&e.to_string());
+                    continue;
+                }
+            },
         };
         let previous = written.as_ref().and_then(|(s, _)| s.conditions.clone()).unwrap_or_default();
         let status =
@@ -143,6 +153,39 @@ pub async fn run_status(link: Arc<ClusterLink>, cri: CriClient, facts: NodeFacts
             }
         }
     }
+}
+
+/// A store holding this node's Node object, fed by a watch of it alone (the kubelet's node
+/// informer): the status check every 10 s reads it instead of asking the API server each time.
+/// Its second value says whether the watch is current: false from a failure of it until it has
+/// listed again (after an outage the store may hold a Node older than the one the API has).
+fn watch_own_node(
+    nodes: &Api<Node>,
+    name: &str,
+    cancel: CancellationToken,
+) -> (reflector::Store<Node>, Arc<AtomicBool>) {
+    let (store, writer) = reflector::store();
+    let current = Arc::new(AtomicBool::new(false));
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let stream = reflector(writer, watcher(nodes.clone(), config)).default_backoff().touched_objects();
+    let flag = current.clone();
+    tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                r = stream.next() => match r {
+                    Some(Err(e)) => {
+                        flag.store(false, Ordering::Relaxed);
+                        debug!(error = %e, "watching the Node failed; retrying with back-off");
+                    }
+                    Some(Ok(_)) => flag.store(true, Ordering::Relaxed),
+                    None => return,
+                },
+            }
+        }
+    });
+    (store, current)
 }
 
 /// Renews the node's Lease every [`LEASE_RENEW`], creating it (owned by the Node) when missing.
