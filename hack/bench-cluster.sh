@@ -6,7 +6,7 @@
 #
 # Usage: hack/bench-cluster.sh [--out FILE]   (as root)
 #   --out FILE   write the section to FILE instead of BENCHMARKS.md (where it replaces the part
-#                from the line "<!-- hack/bench-cluster.sh -->" to the end)
+#                from the line "<!-- hack/bench-cluster.sh -->" up to "<!-- hack/bench-kruise.sh -->")
 # Sets up what is missing: the containerd 2.1 environment (hack/setup.sh), the control plane and
 # the upstream kubelet (hack/cluster.sh; the kubelet is built once, ~1 min after the control
 # plane), the node identities `localhost` (the kubelet) and `crilet-bench`.

@@ -8,7 +8,7 @@
 #
 # Usage: hack/bench-kruise.sh [--out FILE]   (as root)
 #   --out FILE   write the section to FILE instead of BENCHMARKS.md (where it replaces the part
-#                from the line "<!-- hack/bench-kruise.sh -->" to the end)
+#                from the line "<!-- hack/bench-kruise.sh -->" up to "<!-- hack/bench-resize.sh -->")
 # Sets up what is missing: the containerd 2.1 environment (hack/setup.sh, which also writes the
 # slow registry's hosts.toml), the control plane and the upstream kubelet (hack/cluster.sh),
 # Kruise (hack/kruise.sh), the node identities `localhost` (the kubelet) and `crilet-bench`.
@@ -80,5 +80,10 @@ else
     : >"$REPORT.tmp"
 fi
 cat "$section" >>"$REPORT.tmp"
+# The in-place resize section (written by hand from hack/bench-resize.sh) comes after this one:
+# keep it.
+if [ -f "$REPORT" ] && grep -qxF "<!-- hack/bench-resize.sh -->" "$REPORT"; then
+    { echo; sed -n '/^<!-- hack\/bench-resize\.sh -->$/,$p' "$REPORT"; } >>"$REPORT.tmp"
+fi
 mv "$REPORT.tmp" "$REPORT"
 log "report written to $REPORT"
