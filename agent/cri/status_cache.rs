@@ -38,6 +38,39 @@ impl Listed {
         Self { sandboxes, containers }
     }
 
+    /// What lists would show of a pod whose every object `observed` holds, in the states its
+    /// statuses gave.
+    pub fn of(observed: &ObservedPod) -> Self {
+        use crate::model::{ContainerState, SandboxState};
+        let mut sandboxes: Vec<_> = observed
+            .sandboxes
+            .iter()
+            .map(|s| {
+                let state = match s.state {
+                    SandboxState::Ready => api::PodSandboxState::SandboxReady,
+                    SandboxState::NotReady => api::PodSandboxState::SandboxNotready,
+                };
+                (s.id.clone(), state as i32)
+            })
+            .collect();
+        let mut containers: Vec<_> = observed
+            .containers
+            .iter()
+            .map(|c| {
+                let state = match c.state {
+                    ContainerState::Created => api::ContainerState::ContainerCreated,
+                    ContainerState::Running => api::ContainerState::ContainerRunning,
+                    ContainerState::Exited => api::ContainerState::ContainerExited,
+                    ContainerState::Unknown => api::ContainerState::ContainerUnknown,
+                };
+                (c.id.clone(), state as i32)
+            })
+            .collect();
+        sandboxes.sort();
+        containers.sort();
+        Self { sandboxes, containers }
+    }
+
     /// A container in an unknown state may change without its listed state changing.
     fn settled(&self) -> bool {
         self.containers.iter().all(|(_, s)| *s != api::ContainerState::ContainerUnknown as i32)
@@ -220,5 +253,72 @@ mod tests {
         assert!(cache.reuse("u1", &two).is_none(), "kept across a forget");
         cache.keep(cache.generation(), two.clone(), &observed("u1", &two));
         assert!(cache.reuse("u1", &two).is_some());
+    }
+
+    #[test]
+    fn a_snapshot_is_listed_in_the_states_its_statuses_gave() {
+        use crate::model::{ContainerState as C, SandboxState as S};
+        const CREATED: i32 = api::ContainerState::ContainerCreated as i32;
+        let snapshot = |sandboxes: &[(&str, S)], containers: &[(&str, C)]| ObservedPod {
+            uid: "u1".into(),
+            sandboxes: sandboxes
+                .iter()
+                .map(|(id, state)| ObservedSandbox {
+                    id: id.to_string(),
+                    attempt: 0,
+                    state: *state,
+                    created_at: 0,
+                    ips: vec![],
+                    host_network: false,
+                    labels: Default::default(),
+                    annotations: Default::default(),
+                })
+                .collect(),
+            containers: containers
+                .iter()
+                .map(|(id, state)| ObservedContainer {
+                    id: id.to_string(),
+                    state: *state,
+                    image_ref: "img@sha256:1".into(),
+                    ..Default::default()
+                })
+                .collect(),
+        };
+        // (the snapshot, what lists show of the pod after it, reused)
+        let cases = [
+            (
+                snapshot(&[("sb", S::Ready)], &[("side", C::Running), ("app", C::Running)]),
+                listed(&[("sb", READY)], &[("app", RUNNING), ("side", RUNNING)]),
+                true,
+            ),
+            (
+                snapshot(&[("sb", S::Ready), ("old", S::NotReady)], &[("a", C::Exited), ("b", C::Created)]),
+                listed(&[("old", NOT_READY), ("sb", READY)], &[("a", EXITED), ("b", CREATED)]),
+                true,
+            ),
+            // The app exited since its status was read.
+            (
+                snapshot(&[("sb", S::Ready)], &[("side", C::Running), ("app", C::Running)]),
+                listed(&[("sb", READY)], &[("app", EXITED), ("side", RUNNING)]),
+                false,
+            ),
+            // A container the snapshot misses (made, but its start failed).
+            (
+                snapshot(&[("sb", S::Ready)], &[("side", C::Running)]),
+                listed(&[("sb", READY)], &[("app", CREATED), ("side", RUNNING)]),
+                false,
+            ),
+            // A state that can change unseen is never kept.
+            (
+                snapshot(&[("sb", S::Ready)], &[("side", C::Unknown)]),
+                listed(&[("sb", READY)], &[("side", UNKNOWN)]),
+                false,
+            ),
+        ];
+        for (i, (snap, next, reused)) in cases.into_iter().enumerate() {
+            let cache = StatusCache::default();
+            cache.keep(0, Listed::of(&snap), &snap);
+            assert_eq!(cache.reuse("u1", &next).is_some(), reused, "case {i}: {next:?}");
+        }
     }
 }

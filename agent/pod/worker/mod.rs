@@ -246,8 +246,15 @@ impl Worker {
     /// waits: `get pods`, `logs --previous` and conditions show what the agent just did.
     async fn sync(&mut self) -> Result<Option<i64>, crate::cri::CriError> {
         self.acted = false;
+        let since = self.ctx.cri.statuses_generation();
         let result = self.sync_once().instrument(tracing::trace_span!("sync")).await;
-        self.live = None;
+        // The sync's own snapshot holds every object of the pod with the statuses read as it
+        // made them: the observation below, and the syncs the runtime's events of those starts
+        // wake, reuse them while the lists agree (anything the snapshot misses, or any state it
+        // no longer shows, and the statuses are read again).
+        if let Some(live) = self.live.take().filter(|_| result.is_ok()) {
+            self.ctx.cri.keep_statuses(since, &live);
+        }
         if self.acted {
             self.observe_and_publish(false).await;
         }
