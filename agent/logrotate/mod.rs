@@ -122,6 +122,10 @@ pub fn remove_container_logs(log_path: &Path) -> std::io::Result<()> {
 /// A running container whose log directory is under this agent's `--pod-logs-dir`.
 struct Candidate {
     id: String,
+    /// Where this agent puts its log (`<pod dir>/<name>/<attempt>.log`, DESIGN.md's layout),
+    /// from the list's labels and metadata: taken when that file exists, so a new container's
+    /// first pass costs no status call.
+    laid_out: Option<PathBuf>,
 }
 
 /// Runs the rotation loop until `cancel`: each interval, every running container of this agent
@@ -177,7 +181,8 @@ pub async fn run(cri: CriClient, pod_logs_dir: PathBuf, policy: Policy, cancel: 
                     let Ok(_permit) = workers.acquire_owned().await else { return };
                     // Boxed: a finished task's slot stays allocated until the next pass joins
                     // it, and 220 of them at the check's full size add up to a megabyte.
-                    Box::pin(rotate::check_container(&cri, &c.id, &dir, &policy, &paths)).await;
+                    let laid_out = c.laid_out.as_deref();
+                    Box::pin(rotate::check_container(&cri, &c.id, laid_out, &dir, &policy, &paths)).await;
                 }
                 .instrument(span),
             );
@@ -205,13 +210,23 @@ async fn running_containers(
     let containers = cri.running_containers().await?;
     Ok(containers
         .into_iter()
-        .filter(|c| {
+        .filter_map(|c| {
             let label = |k: &str| c.labels.get(k).map(String::as_str).unwrap_or_default();
-            let pod_dir =
-                format!("{}_{}_{}", label(keys::POD_NAMESPACE), label(keys::POD_NAME), label(keys::POD_UID));
-            !label(keys::POD_UID).is_empty() && pod_logs_dir.join(pod_dir).is_dir()
+            let pod_dir = pod_logs_dir.join(format!(
+                "{}_{}_{}",
+                label(keys::POD_NAMESPACE),
+                label(keys::POD_NAME),
+                label(keys::POD_UID)
+            ));
+            if label(keys::POD_UID).is_empty() || !pod_dir.is_dir() {
+                return None;
+            }
+            let laid_out = c
+                .metadata
+                .as_ref()
+                .map(|m| pod_dir.join(crate::pod::spec::container_log_path(&m.name, m.attempt)));
+            Some(Candidate { id: c.id, laid_out })
         })
-        .map(|c| Candidate { id: c.id })
         .collect())
 }
 

@@ -15,9 +15,9 @@ use super::Policy;
 use super::plan::{self, Action, COMPRESS_SUFFIX, TIMESTAMP_FORMAT, TMP_SUFFIX};
 use crate::cri::{CriClient, CriError};
 
-/// Each running container's log path, from its CRI status. A container's log path never
-/// changes while it exists, so its status is read once, not on every pass (220 containers
-/// would cost 22 status calls a second at the default interval).
+/// Each running container's log path, from where this agent lays it out or else from its CRI
+/// status. A container's log path never changes while it exists, so it is found once, not on
+/// every pass (220 containers would cost 22 status calls a second at the default interval).
 #[derive(Debug, Default)]
 pub(super) struct LogPaths(std::sync::Mutex<std::collections::HashMap<String, PathBuf>>);
 
@@ -65,11 +65,12 @@ fn io_err(op: &'static str, path: &Path) -> impl FnOnce(io::Error) -> RotateErro
 pub(super) async fn check_container(
     cri: &CriClient,
     id: &str,
+    laid_out: Option<&Path>,
     pod_logs_dir: &Path,
     policy: &Policy,
     paths: &LogPaths,
 ) {
-    if let Err(e) = try_check(cri, id, pod_logs_dir, policy, paths).await {
+    if let Err(e) = try_check(cri, id, laid_out, pod_logs_dir, policy, paths).await {
         warn!(container = %id, error = %crate::error_chain(&e), "container log rotation failed; retrying next interval");
     }
 }
@@ -77,12 +78,20 @@ pub(super) async fn check_container(
 async fn try_check(
     cri: &CriClient,
     id: &str,
+    laid_out: Option<&Path>,
     pod_logs_dir: &Path,
     policy: &Policy,
     paths: &LogPaths,
 ) -> Result<(), RotateError> {
     let path = match paths.get(id) {
         Some(path) => path,
+        // The file where this agent lays the container's log out exists: that is its log. (Not
+        // there, it is asked for: a rotation cut short may have left no current file, see below.)
+        None if laid_out.is_some_and(Path::is_file) => {
+            let path = laid_out.map(Path::to_path_buf).unwrap_or_default();
+            paths.insert(id, path.clone());
+            path
+        }
         None => {
             let status = cri
                 .container_status(id, "")
