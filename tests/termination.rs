@@ -40,6 +40,7 @@ async fn an_agent_killed_mid_termination_keeps_the_deadline() {
     let cri = a.env.cri();
 
     let began = now_ns();
+    let began_mono = std::time::Instant::now();
     a.remove_manifest("ending.yaml");
     // SIGKILL the agent once the termination is under way (the polite container has gone).
     wait_for("the termination under way", Duration::from_secs(20), || async {
@@ -49,7 +50,7 @@ async fn an_agent_killed_mid_termination_keeps_the_deadline() {
     .await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     a.kill();
-    let killed_at = now_ns();
+    let killed_after = began_mono.elapsed();
     tokio::time::sleep(Duration::from_secs(1)).await;
     a.spawn();
 
@@ -62,13 +63,20 @@ async fn an_agent_killed_mid_termination_keeps_the_deadline() {
         }
     })
     .await;
-    let took = finished - began;
+    // The runtime's finished_at is wall-clock time. A pause of this virtual machine (or a step
+    // of its clock) moves the wall clock but not the monotonic one the agent's timers run on:
+    // that time is nobody's, and is taken out (seen once in CI: a 13 s jump in an 8 s test).
+    let wall = now_ns() - began;
+    let skew = (wall - i64::try_from(began_mono.elapsed().as_nanos()).expect("ns")).max(0);
+    let took = finished - began - skew;
     eprintln!(
-        "termination began, agent killed after {:.1}s, stubborn container dead after {:.1}s (grace 8 s)",
-        (killed_at - began) as f64 / 1e9,
-        took as f64 / 1e9
+        "termination began, agent killed after {:.1}s, stubborn container dead after {:.1}s (grace 8 s; \
+         wall clock ahead of the monotonic one by {:.1}s)",
+        killed_after.as_secs_f64(),
+        took as f64 / 1e9,
+        skew as f64 / 1e9
     );
-    assert!(killed_at - began < 8 * S, "the agent was killed inside the budget");
+    assert!(killed_after < Duration::from_secs(8), "the agent was killed inside the budget");
     // One budget: 8 s from the start, plus the runtime's own kill and whole-second rounding.
     assert!(
         took <= 8 * S + 1_500_000_000,
