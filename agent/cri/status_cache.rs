@@ -161,6 +161,19 @@ mod tests {
         Listed::new(&sandboxes, &containers)
     }
 
+    fn sandbox(id: &str, state: crate::model::SandboxState) -> ObservedSandbox {
+        ObservedSandbox {
+            id: id.to_string(),
+            attempt: 0,
+            state,
+            created_at: 0,
+            ips: vec![],
+            host_network: false,
+            labels: Default::default(),
+            annotations: Default::default(),
+        }
+    }
+
     /// The pod `uid` as its statuses show `listed`; a container whose ID starts with "bare"
     /// shows a bare image ID, as one may right after its image was pulled.
     fn observed(uid: &str, listed: &Listed) -> ObservedPod {
@@ -169,16 +182,7 @@ mod tests {
             sandboxes: listed
                 .sandboxes
                 .iter()
-                .map(|(id, _)| ObservedSandbox {
-                    id: id.clone(),
-                    attempt: 0,
-                    state: crate::model::SandboxState::Ready,
-                    created_at: 0,
-                    ips: vec![],
-                    host_network: false,
-                    labels: Default::default(),
-                    annotations: Default::default(),
-                })
+                .map(|(id, _)| sandbox(id, crate::model::SandboxState::Ready))
                 .collect(),
             containers: listed
                 .containers
@@ -261,19 +265,7 @@ mod tests {
         const CREATED: i32 = api::ContainerState::ContainerCreated as i32;
         let snapshot = |sandboxes: &[(&str, S)], containers: &[(&str, C)]| ObservedPod {
             uid: "u1".into(),
-            sandboxes: sandboxes
-                .iter()
-                .map(|(id, state)| ObservedSandbox {
-                    id: id.to_string(),
-                    attempt: 0,
-                    state: *state,
-                    created_at: 0,
-                    ips: vec![],
-                    host_network: false,
-                    labels: Default::default(),
-                    annotations: Default::default(),
-                })
-                .collect(),
+            sandboxes: sandboxes.iter().map(|(id, state)| sandbox(id, *state)).collect(),
             containers: containers
                 .iter()
                 .map(|(id, state)| ObservedContainer {
