@@ -349,10 +349,9 @@ impl CriClient {
     /// `since` ([`CriClient::statuses_generation`]) read it (a sync that created and started
     /// it), for the next observation to reuse while the lists show every object of it in the
     /// state its status gave: the runtime's events of those starts then cost lists only.
-    pub fn keep_statuses(&self, since: Option<u64>, observed: &ObservedPod) {
+    pub fn keep_statuses(&self, since: Option<u64>, mut observed: ObservedPod) {
         if let (Some(cache), Some(since)) = (&self.statuses, since) {
             // Newest first, as `observe` returns them.
-            let mut observed = observed.clone();
             observed.sandboxes.sort_by_key(|s| std::cmp::Reverse(s.created_at));
             observed.containers.sort_by_key(|c| std::cmp::Reverse(c.created_at));
             cache.keep(since, Listed::of(&observed), &observed);

@@ -31,41 +31,33 @@ pub struct Listed {
 
 impl Listed {
     pub fn new(sandboxes: &[api::PodSandbox], containers: &[api::Container]) -> Self {
-        let mut sandboxes: Vec<_> = sandboxes.iter().map(|s| (s.id.clone(), s.state)).collect();
-        let mut containers: Vec<_> = containers.iter().map(|c| (c.id.clone(), c.state)).collect();
-        sandboxes.sort();
-        containers.sort();
-        Self { sandboxes, containers }
+        Self::sorted(
+            sandboxes.iter().map(|s| (s.id.clone(), s.state)).collect(),
+            containers.iter().map(|c| (c.id.clone(), c.state)).collect(),
+        )
     }
 
     /// What lists would show of a pod whose every object `observed` holds, in the states its
     /// statuses gave.
     pub fn of(observed: &ObservedPod) -> Self {
-        use crate::model::{ContainerState, SandboxState};
-        let mut sandboxes: Vec<_> = observed
-            .sandboxes
-            .iter()
-            .map(|s| {
-                let state = match s.state {
-                    SandboxState::Ready => api::PodSandboxState::SandboxReady,
-                    SandboxState::NotReady => api::PodSandboxState::SandboxNotready,
-                };
-                (s.id.clone(), state as i32)
-            })
-            .collect();
-        let mut containers: Vec<_> = observed
-            .containers
-            .iter()
-            .map(|c| {
-                let state = match c.state {
-                    ContainerState::Created => api::ContainerState::ContainerCreated,
-                    ContainerState::Running => api::ContainerState::ContainerRunning,
-                    ContainerState::Exited => api::ContainerState::ContainerExited,
-                    ContainerState::Unknown => api::ContainerState::ContainerUnknown,
-                };
-                (c.id.clone(), state as i32)
-            })
-            .collect();
+        use crate::model::{ContainerState as C, SandboxState as S};
+        let sandbox = |s: S| match s {
+            S::Ready => api::PodSandboxState::SandboxReady,
+            S::NotReady => api::PodSandboxState::SandboxNotready,
+        };
+        let container = |c: C| match c {
+            C::Created => api::ContainerState::ContainerCreated,
+            C::Running => api::ContainerState::ContainerRunning,
+            C::Exited => api::ContainerState::ContainerExited,
+            C::Unknown => api::ContainerState::ContainerUnknown,
+        };
+        Self::sorted(
+            observed.sandboxes.iter().map(|s| (s.id.clone(), sandbox(s.state) as i32)).collect(),
+            observed.containers.iter().map(|c| (c.id.clone(), container(c.state) as i32)).collect(),
+        )
+    }
+
+    fn sorted(mut sandboxes: Vec<(String, i32)>, mut containers: Vec<(String, i32)>) -> Self {
         sandboxes.sort();
         containers.sort();
         Self { sandboxes, containers }

@@ -4,7 +4,6 @@
 use std::collections::{BTreeSet, HashMap};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Container;
 
@@ -51,18 +50,8 @@ pub async fn create_sandbox(
 }
 
 /// The reason of [`create_sandbox`]'s error when a volume could not be set up: the worker
-/// retries it on the volume back-off ([`mount_retry_after`]), not the sync's.
+/// retries it on the kubelet's volume back-off, not the sync's.
 pub const FAILED_MOUNT: &str = "FailedMount";
-
-/// The kubelet retries a failed volume set-up after 500 ms, doubling up to 2 min 2 s
-/// (`exponentialbackoff`, the volume manager's operations), while the pod's sync waits for it.
-/// A pod just bound needs this: the node authorizer learns of it a moment after the node does,
-/// and until then the pod's token and `kube-root-ca.crt` are forbidden to the node.
-pub fn mount_retry_after(failures: u32) -> Duration {
-    const INITIAL: Duration = Duration::from_millis(500);
-    const MAX: Duration = Duration::from_secs(122);
-    INITIAL.saturating_mul(1 << failures.saturating_sub(1).min(10)).min(MAX)
-}
 
 /// The pod's configMap, secret, downwardAPI and projected volumes are written before anything
 /// uses them (the kubelet waits for its volumes before the sandbox). A failure is a FailedMount

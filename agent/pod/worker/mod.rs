@@ -30,7 +30,7 @@ use super::plan::{
 use super::spec::{Kind, pod_dir, pod_log_dir, sandbox_config, termination_grace};
 use super::start::{
     FAILED_MOUNT, ImagesSeen, StartRequest, backoff_key, crash_backoff_wait, create_sandbox, ensure_image,
-    look_up_images, mount_retry_after, start_container,
+    look_up_images, start_container,
 };
 use super::terminate::{kill_one, kill_pod};
 use super::update::{self, PulledImage, UpdateState};
@@ -51,8 +51,20 @@ const RETRY_MAX: Duration = Duration::from_secs(10);
 /// `RETRY_MAX`, plus up to a fifth more at random so pods that failed together (a runtime
 /// outage) do not all retry in the same instant.
 fn retry_after(failures: u32, jitter: f64) -> Duration {
-    let base = RETRY.saturating_mul(1 << failures.saturating_sub(1).min(8)).min(RETRY_MAX);
-    base.mul_f64(1.0 + 0.2 * jitter.clamp(0.0, 1.0))
+    doubling(RETRY, RETRY_MAX, failures).mul_f64(1.0 + 0.2 * jitter.clamp(0.0, 1.0))
+}
+
+/// The kubelet retries a failed volume set-up after 500 ms, doubling up to 2 min 2 s
+/// (`exponentialbackoff`, the volume manager's operations), while the pod's sync waits for it.
+/// A pod just bound needs this: the node authorizer learns of it a moment after the node does,
+/// and until then the pod's token and `kube-root-ca.crt` are forbidden to the node.
+fn mount_retry_after(failures: u32) -> Duration {
+    doubling(Duration::from_millis(500), Duration::from_secs(122), failures)
+}
+
+/// `initial` after the first failure in a row, doubled after each further one, at most `cap`.
+fn doubling(initial: Duration, cap: Duration, failures: u32) -> Duration {
+    initial.saturating_mul(1 << failures.saturating_sub(1).min(16)).min(cap)
 }
 
 /// What the supervisor wants from a worker.
@@ -253,7 +265,7 @@ impl Worker {
         // wake, reuse them while the lists agree (anything the snapshot misses, or any state it
         // no longer shows, and the statuses are read again).
         if let Some(live) = self.live.take().filter(|_| result.is_ok()) {
-            self.ctx.cri.keep_statuses(since, &live);
+            self.ctx.cri.keep_statuses(since, live);
         }
         if self.acted {
             self.observe_and_publish(false).await;
@@ -450,7 +462,9 @@ impl Worker {
                         self.mount_failures = self.mount_failures.saturating_add(1);
                         let wait = mount_retry_after(self.mount_failures);
                         warn!(error = %e.message, retry_in_ms = wait.as_millis() as u64, "setting up the volumes failed; retrying");
-                        return Ok(Some(now_ns() + i64::try_from(wait.as_nanos()).unwrap_or(i64::MAX)));
+                        return Ok(Some(
+                            now_ns().saturating_add(i64::try_from(wait.as_nanos()).unwrap_or(i64::MAX)),
+                        ));
                     }
                     Err(e) => {
                         // Retried after the kubelet's sync back-off (10 s, R12.9).
