@@ -15,7 +15,7 @@ use crate::timeline::{Step, Timeline};
 const EVENT_CAPACITY: usize = 2000;
 
 /// One pod as the control API shows it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct PodRecord {
     /// Spec and the status computed from the runtime at the last sync.
     pub pod: Pod,
@@ -67,8 +67,16 @@ pub struct Registry {
     inner: Arc<Inner>,
 }
 
+/// A pod's record and the revision it was put at.
+struct Stored {
+    record: PodRecord,
+    revision: u64,
+}
+
 struct Inner {
-    pods: RwLock<BTreeMap<PodKey, PodRecord>>,
+    pods: RwLock<BTreeMap<PodKey, Stored>>,
+    /// The revision of the newest put that changed a record.
+    revision: std::sync::atomic::AtomicU64,
     events: Mutex<VecDeque<Event>>,
     event_tx: broadcast::Sender<Event>,
     /// Conditions set from outside (readiness gates), by pod.
@@ -100,6 +108,7 @@ impl Default for Registry {
         Self {
             inner: Arc::new(Inner {
                 pods: RwLock::default(),
+                revision: Default::default(),
                 events: Mutex::default(),
                 event_tx,
                 external_conditions: RwLock::default(),
@@ -115,15 +124,35 @@ impl Default for Registry {
 }
 
 impl Registry {
-    /// Replaces what is known about one pod.
+    /// Replaces what is known about one pod. A record equal to the one there changes nothing:
+    /// a sync that found the pod as it was wakes no reader.
     pub fn put_pod(&self, key: PodKey, record: PodRecord) {
-        if let Ok(mut pods) = self.inner.pods.write() {
-            pods.insert(key, record);
+        let Ok(mut pods) = self.inner.pods.write() else { return };
+        if pods.get(&key).is_some_and(|s| s.record == record) {
+            return;
         }
+        let revision = self.inner.revision.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        pods.insert(key, Stored { record, revision });
+        drop(pods);
         self.inner.changes.send_modify(|n| *n = n.wrapping_add(1));
     }
 
-    /// Changes whenever a pod is put or removed.
+    /// Each pod's key and the revision of its record (a newer put that changed it, a higher
+    /// one), so a reader can redo its work for the changed pods only.
+    pub fn pod_revisions(&self) -> Vec<(PodKey, u64)> {
+        self.inner
+            .pods
+            .read()
+            .map(|p| p.iter().map(|(k, s)| (k.clone(), s.revision)).collect())
+            .unwrap_or_default()
+    }
+
+    /// One pod's record with its revision.
+    pub fn pod_at_revision(&self, key: &PodKey) -> Option<(u64, PodRecord)> {
+        self.inner.pods.read().ok()?.get(key).map(|s| (s.revision, s.record.clone()))
+    }
+
+    /// Changes whenever a pod's record changes or a pod is removed.
     pub fn pod_changes(&self) -> watch::Receiver<u64> {
         self.inner.changes.subscribe()
     }
@@ -179,11 +208,11 @@ impl Registry {
     }
 
     pub fn pod(&self, key: &PodKey) -> Option<PodRecord> {
-        self.inner.pods.read().ok()?.get(key).cloned()
+        self.inner.pods.read().ok()?.get(key).map(|s| s.record.clone())
     }
 
     pub fn pods(&self) -> Vec<PodRecord> {
-        self.inner.pods.read().map(|p| p.values().cloned().collect()).unwrap_or_default()
+        self.inner.pods.read().map(|p| p.values().map(|s| s.record.clone()).collect()).unwrap_or_default()
     }
 
     /// How many pods there are, and how many of them `pred` holds for, without copying them.
@@ -191,7 +220,7 @@ impl Registry {
         self.inner
             .pods
             .read()
-            .map(|p| (p.len(), p.values().filter(|r| pred(&r.pod)).count()))
+            .map(|p| (p.len(), p.values().filter(|s| pred(&s.record.pod)).count()))
             .unwrap_or_default()
     }
 
@@ -330,6 +359,42 @@ impl Registry {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A put that changes nothing wakes no reader and keeps the revision; one that changes the
+    /// record does both; a removal wakes readers too.
+    #[test]
+    fn only_a_changed_record_is_a_change() {
+        let registry = Registry::default();
+        let mut changes = registry.pod_changes();
+        let key = PodKey::new("default", "web");
+        let record = |phase: &str| {
+            let mut pod = Pod::default();
+            pod.status = Some(k8s_openapi::api::core::v1::PodStatus {
+                phase: Some(phase.into()),
+                ..Default::default()
+            });
+            PodRecord { pod, manifest_file: "/m/web.yaml".into(), warnings: Vec::new() }
+        };
+        registry.put_pod(key.clone(), record("Pending"));
+        assert!(changes.has_changed().unwrap(), "a new pod");
+        changes.borrow_and_update();
+        let (first, _) = registry.pod_at_revision(&key).unwrap();
+
+        registry.put_pod(key.clone(), record("Pending"));
+        assert!(!changes.has_changed().unwrap(), "the same record again");
+        assert_eq!(registry.pod_revisions(), [(key.clone(), first)]);
+
+        registry.put_pod(key.clone(), record("Running"));
+        assert!(changes.has_changed().unwrap(), "a new status");
+        changes.borrow_and_update();
+        let (second, r) = registry.pod_at_revision(&key).unwrap();
+        assert!(second > first, "{second} after {first}");
+        assert_eq!(r.pod.status.unwrap().phase.as_deref(), Some("Running"));
+
+        registry.remove_pod(&key);
+        assert!(changes.has_changed().unwrap(), "a removal");
+        assert!(registry.pod_revisions().is_empty());
+    }
 
     #[test]
     fn runtime_health_transitions_are_recorded_once_per_pod() {

@@ -17,7 +17,8 @@ use tracing::{debug, warn};
 use super::ClusterLink;
 use super::merge::{NODE_OWNED, Rejections};
 use super::pods::{ApiPods, is_api_source};
-use crate::registry::Registry;
+use crate::model::PodKey;
+use crate::registry::{PodRecord, Registry};
 
 /// How soon a failed write is tried again (and at most how long a coalesced burst waits).
 const RETRY: Duration = Duration::from_secs(1);
@@ -105,6 +106,48 @@ pub fn rejection_patch(uid: &str, reason: &str, message: &str) -> Value {
     json!({ "metadata": { "uid": uid }, "status": { "phase": "Failed", "reason": reason, "message": message } })
 }
 
+/// What the status writer wants for one pod, derived from its record and its API copy.
+struct Want {
+    /// The UID of the API pod the status goes to.
+    target: String,
+    patch: Arc<Value>,
+    /// The resourceVersion the API shows when it contradicts the status.
+    contradicted: Option<String>,
+}
+
+/// A pod's `Want` (none: nothing to write) and what it was derived from.
+struct Derived {
+    revision: u64,
+    in_api: Arc<Pod>,
+    want: Option<Want>,
+}
+
+/// An API pod's status goes to itself; a static pod's to its current mirror pod.
+fn derive(record: &PodRecord, in_api: &Pod) -> Option<Want> {
+    let status = record.pod.status.as_ref()?;
+    let uid = record.pod.metadata.uid.clone().unwrap_or_default();
+    let api_pod = is_api_source(&record.manifest_file);
+    let target = if api_pod {
+        (in_api.metadata.uid.as_deref() == Some(uid.as_str())).then(|| uid.clone())
+    } else {
+        let hash = in_api.metadata.annotations.as_ref().and_then(|a| a.get(super::mirror::MIRROR));
+        // The mirror carries the manifest's content UID; a static pod resized or relabelled in
+        // place runs on under the UID it had (`pod::carry`), and keeps the content UID as its
+        // config hash.
+        let config_hash =
+            record.pod.metadata.annotations.as_ref().and_then(|a| a.get(crate::model::keys::CONFIG_HASH));
+        (hash == Some(&uid) || (hash.is_some() && hash == config_hash))
+            .then(|| in_api.metadata.uid.clone())
+            .flatten()
+    }?;
+    // An API pod's status is about the spec crilet runs; a mirror pod's, itself.
+    let generation = if api_pod { record.pod.metadata.generation } else { in_api.metadata.generation };
+    let patch = Arc::new(status_patch(&target, status, generation));
+    let contradicted =
+        api_contradicts(in_api, status).then(|| in_api.metadata.resource_version.clone()).flatten();
+    Some(Want { target, patch, contradicted })
+}
+
 /// Runs until cancelled.
 pub async fn run(
     link: Arc<ClusterLink>,
@@ -115,56 +158,48 @@ pub async fn run(
 ) {
     let mut changes = registry.pod_changes();
     // The last patch that landed, by pod UID, with the resourceVersion it made.
-    let mut sent: BTreeMap<String, (Value, Option<String>)> = BTreeMap::new();
+    let mut sent: BTreeMap<String, (Arc<Value>, Option<String>)> = BTreeMap::new();
     // Since when the API has contradicted the node's last write, by pod UID.
     let mut contradicted_since: BTreeMap<String, tokio::time::Instant> = BTreeMap::new();
+    // What each pod's record and API copy gave at the last pass.
+    let mut derived_before: BTreeMap<PodKey, Derived> = BTreeMap::new();
     let mut retry;
     let mut reconcile_at: Option<tokio::time::Instant>;
     loop {
         let current = api.borrow_and_update().clone();
         // By target UID: namespace, name, patch, and (when the API contradicts the status)
         // the resourceVersion it shows.
-        let mut wanted: BTreeMap<String, (String, String, Value, Option<String>)> = BTreeMap::new();
-        for record in registry.pods() {
-            let Some(status) = record.pod.status.as_ref() else { continue };
-            let uid = record.pod.metadata.uid.clone().unwrap_or_default();
-            let key = super::pods::key_of(&record.pod);
+        let mut wanted: BTreeMap<String, (String, String, Arc<Value>, Option<String>)> = BTreeMap::new();
+        let mut derived = BTreeMap::new();
+        for (key, revision) in registry.pod_revisions() {
             let Some(in_api) = current.pods.get(&key) else { continue };
-            // An API pod's status goes to itself; a static pod's to its current mirror pod.
-            let target = if is_api_source(&record.manifest_file) {
-                (in_api.metadata.uid.as_deref() == Some(uid.as_str())).then(|| uid.clone())
-            } else {
-                let hash = in_api.metadata.annotations.as_ref().and_then(|a| a.get(super::mirror::MIRROR));
-                // The mirror carries the manifest's content UID; a static pod resized or relabelled
-                // in place runs on under the UID it had (`pod::carry`), and keeps the content UID
-                // as its config hash.
-                let config_hash = record
-                    .pod
-                    .metadata
-                    .annotations
-                    .as_ref()
-                    .and_then(|a| a.get(crate::model::keys::CONFIG_HASH));
-                (hash == Some(&uid) || (hash.is_some() && hash == config_hash))
-                    .then(|| in_api.metadata.uid.clone())
-                    .flatten()
+            // Derived again only when the pod's record or its API copy changed: a burst of
+            // starts changes a few pods at a time, not all of them.
+            let d = match derived_before.remove(&key) {
+                Some(d) if d.revision == revision && Arc::ptr_eq(&d.in_api, in_api) => d,
+                _ => {
+                    let Some((revision, record)) = registry.pod_at_revision(&key) else { continue };
+                    Derived { revision, in_api: in_api.clone(), want: derive(&record, in_api) }
+                }
             };
-            if let Some(target) = target {
-                // An API pod's status is about the spec crilet runs; a mirror pod's, itself.
-                let generation = match is_api_source(&record.manifest_file) {
-                    true => record.pod.metadata.generation,
-                    false => in_api.metadata.generation,
-                };
-                let patch = status_patch(&target, status, generation);
-                let contradicted = api_contradicts(in_api, status)
-                    .then(|| in_api.metadata.resource_version.clone())
-                    .flatten();
-                wanted.insert(target, (key.namespace, key.name, patch, contradicted));
+            if let Some(w) = d.want.as_ref() {
+                wanted.insert(
+                    w.target.clone(),
+                    (key.namespace.clone(), key.name.clone(), w.patch.clone(), w.contradicted.clone()),
+                );
             }
+            derived.insert(key, d);
         }
+        derived_before = derived;
         for (uid, (key, r)) in rejections.borrow_and_update().iter() {
             wanted.insert(
                 uid.clone(),
-                (key.namespace.clone(), key.name.clone(), rejection_patch(uid, &r.reason, &r.message), None),
+                (
+                    key.namespace.clone(),
+                    key.name.clone(),
+                    Arc::new(rejection_patch(uid, &r.reason, &r.message)),
+                    None,
+                ),
             );
         }
         sent.retain(|uid, _| wanted.contains_key(uid));
@@ -172,7 +207,9 @@ pub async fn run(
         retry = false;
         reconcile_at = None;
         for (uid, (ns, name, patch, contradicted)) in wanted {
-            if let Some((_, ours)) = sent.get(&uid).filter(|(last, _)| *last == patch) {
+            if let Some((_, ours)) =
+                sent.get(&uid).filter(|(last, _)| Arc::ptr_eq(last, &patch) || last == &patch)
+            {
                 if !newer(contradicted.as_deref(), ours.as_deref()) {
                     contradicted_since.remove(&uid);
                     continue;
@@ -187,7 +224,7 @@ pub async fn run(
             }
             contradicted_since.remove(&uid);
             let pods: Api<Pod> = Api::namespaced(link.client.clone(), &ns);
-            match pods.patch_status(&name, &PatchParams::default(), &Patch::Strategic(&patch)).await {
+            match pods.patch_status(&name, &PatchParams::default(), &Patch::Strategic(&*patch)).await {
                 Ok(written) => {
                     debug!(pod = %format!("{ns}/{name}"), "pod status written");
                     link.api_ok();
