@@ -31,7 +31,7 @@ impl fmt::Display for PodKey {
 
 /// A pod as its manifest asks for it: parsed into the real Kubernetes type, defaulted as the API
 /// server would, validated, with `metadata.uid` and `metadata.namespace` always set.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct DesiredPod {
     pub key: PodKey,
     /// The pod UID (also in `pod.metadata.uid`): stable across image-only edits, new on any other.
@@ -42,6 +42,20 @@ pub struct DesiredPod {
     pub doc: usize,
     /// Fields the agent accepts but does not implement, and other non-fatal findings.
     pub warnings: Vec<String>,
+}
+
+/// Equal when every field is; the same `Arc` of the pod is equal without a walk of the spec
+/// (the sets of desired pods are compared on every change of either source, and most of their
+/// pods are the same allocations as before).
+impl PartialEq for DesiredPod {
+    fn eq(&self, other: &Self) -> bool {
+        self.key == other.key
+            && self.uid == other.uid
+            && self.file == other.file
+            && self.doc == other.doc
+            && self.warnings == other.warnings
+            && (Arc::ptr_eq(&self.pod, &other.pod) || self.pod == other.pod)
+    }
 }
 
 /// Sandbox state as CRI reports it.

@@ -192,32 +192,130 @@ pub async fn run(
         collisions: BTreeSet::new(),
         desired: BTreeMap::new(),
     };
+    // The API's part of the last merge: a change of mirror pods alone (their status, written by
+    // this node) changes nothing the merge reads.
+    let mut merged_api: Option<ApiInputs> = None;
+    let mut files_changed = true;
     loop {
-        let set = {
+        let a = api.borrow_and_update().clone();
+        let inputs = ApiInputs::of(&a);
+        if files_changed || merged_api.as_ref() != Some(&inputs) {
             let f = files.borrow_and_update().clone();
-            let a = api.borrow_and_update().clone();
-            m.merge(&f, &a)
-        };
-        out.send_if_modified(|cur| {
-            if *cur == set {
-                false
-            } else {
-                *cur = set;
-                true
-            }
-        });
-        rejections.send_if_modified(|cur| {
-            if *cur == m.rejected {
-                false
-            } else {
-                *cur = m.rejected.clone();
-                true
-            }
-        });
+            let set = m.merge(&f, &a);
+            merged_api = Some(inputs);
+            out.send_if_modified(|cur| {
+                if *cur == set {
+                    false
+                } else {
+                    *cur = set;
+                    true
+                }
+            });
+            rejections.send_if_modified(|cur| {
+                if *cur == m.rejected {
+                    false
+                } else {
+                    *cur = m.rejected.clone();
+                    true
+                }
+            });
+        }
+        files_changed = false;
         tokio::select! {
             _ = cancel.cancelled() => return,
-            r = files.changed() => if r.is_err() { return },
+            r = files.changed() => {
+                if r.is_err() { return }
+                files_changed = true;
+            }
             r = api.changed() => if r.is_err() { return },
+        }
+    }
+}
+
+/// What a merge reads of the API's pods: whether the list is complete, and each pod that is not
+/// a mirror pod, by UID and resourceVersion (any change of it makes a new version).
+#[derive(PartialEq)]
+struct ApiInputs {
+    synced: bool,
+    pods: Vec<(Option<String>, Option<String>)>,
+}
+
+impl ApiInputs {
+    fn of(api: &ApiPods) -> Self {
+        let pods = api
+            .pods
+            .values()
+            .filter(|p| !super::mirror::is_mirror(p))
+            .map(|p| (p.metadata.uid.clone(), p.metadata.resource_version.clone()))
+            .collect();
+        Self { synced: api.synced, pods }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A merge is redone when an API pod changes or the list completes, not when only a mirror
+    /// pod (whose status this node writes) does.
+    #[test]
+    fn only_what_the_merge_reads_makes_new_inputs() {
+        let pod = |name: &str, uid: &str, version: &str, mirror: bool| {
+            let mut p = Pod::default();
+            p.metadata.name = Some(name.into());
+            p.metadata.uid = Some(uid.into());
+            p.metadata.resource_version = Some(version.into());
+            if mirror {
+                p.metadata.annotations =
+                    Some([(super::super::mirror::MIRROR.to_string(), "h".to_string())].into());
+            }
+            (pods::key_of(&p), Arc::new(p))
+        };
+        let view = |synced: bool, list: Vec<(crate::model::PodKey, Arc<Pod>)>| ApiPods {
+            synced,
+            pods: list.into_iter().collect(),
+        };
+        let base = ApiInputs::of(&view(true, vec![pod("a", "u1", "1", false), pod("m", "u2", "2", true)]));
+        let cases = [
+            (
+                "a mirror pod's new version",
+                vec![pod("a", "u1", "1", false), pod("m", "u2", "9", true)],
+                true,
+                true,
+            ),
+            (
+                "a mirror pod more",
+                vec![pod("a", "u1", "1", false), pod("m", "u2", "2", true), pod("n", "u3", "3", true)],
+                true,
+                true,
+            ),
+            (
+                "an API pod's new version",
+                vec![pod("a", "u1", "5", false), pod("m", "u2", "2", true)],
+                true,
+                false,
+            ),
+            (
+                "an API pod of a new UID",
+                vec![pod("a", "u9", "1", false), pod("m", "u2", "2", true)],
+                true,
+                false,
+            ),
+            (
+                "an API pod more",
+                vec![pod("a", "u1", "1", false), pod("b", "u4", "1", false), pod("m", "u2", "2", true)],
+                true,
+                false,
+            ),
+            (
+                "the list not complete",
+                vec![pod("a", "u1", "1", false), pod("m", "u2", "2", true)],
+                false,
+                false,
+            ),
+        ];
+        for (name, list, synced, same) in cases {
+            assert_eq!(ApiInputs::of(&view(synced, list)) == base, same, "{name}");
         }
     }
 }

@@ -103,10 +103,15 @@ pub async fn run(
     let nodes: Api<Node> = Api::all(link.client.clone());
     let mut node_uid = String::new();
     let mut retry = tokio::time::interval(Duration::from_secs(2));
+    // The static pods, copied when they change (not on every change of the API's pods).
+    let mut statics = files.borrow_and_update().pods.clone();
     loop {
         tokio::select! {
             _ = cancel.cancelled() => return,
-            r = files.changed() => if r.is_err() { return },
+            r = files.changed() => {
+                if r.is_err() { return }
+                statics = files.borrow_and_update().pods.clone();
+            }
             r = api.changed() => if r.is_err() { return },
             _ = retry.tick() => {}
         }
@@ -114,7 +119,6 @@ pub async fn run(
         if !view.synced {
             continue;
         }
-        let statics = files.borrow_and_update().pods.clone();
         let todo = plan(&statics, &view);
         if todo.create.is_empty() && todo.delete.is_empty() {
             continue;

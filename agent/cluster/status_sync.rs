@@ -110,6 +110,7 @@ pub fn rejection_patch(uid: &str, reason: &str, message: &str) -> Value {
 struct Want {
     /// The UID of the API pod the status goes to.
     target: String,
+    generation: Option<i64>,
     patch: Arc<Value>,
     /// The resourceVersion the API shows when it contradicts the status.
     contradicted: Option<String>,
@@ -122,8 +123,10 @@ struct Derived {
     want: Option<Want>,
 }
 
-/// An API pod's status goes to itself; a static pod's to its current mirror pod.
-fn derive(record: &PodRecord, in_api: &Pod) -> Option<Want> {
+/// An API pod's status goes to itself; a static pod's to its current mirror pod. `before`: what
+/// the same record gave with an older API copy; its patch is reused when the copy still makes
+/// the same one (a watch event of the node's own write changes only the copy's version).
+fn derive(record: &PodRecord, in_api: &Pod, before: Option<&Want>) -> Option<Want> {
     let status = record.pod.status.as_ref()?;
     let uid = record.pod.metadata.uid.clone().unwrap_or_default();
     let api_pod = is_api_source(&record.manifest_file);
@@ -142,10 +145,13 @@ fn derive(record: &PodRecord, in_api: &Pod) -> Option<Want> {
     }?;
     // An API pod's status is about the spec crilet runs; a mirror pod's, itself.
     let generation = if api_pod { record.pod.metadata.generation } else { in_api.metadata.generation };
-    let patch = Arc::new(status_patch(&target, status, generation));
+    let patch = match before.filter(|b| b.target == target && b.generation == generation) {
+        Some(b) => b.patch.clone(),
+        None => Arc::new(status_patch(&target, status, generation)),
+    };
     let contradicted =
         api_contradicts(in_api, status).then(|| in_api.metadata.resource_version.clone()).flatten();
-    Some(Want { target, patch, contradicted })
+    Some(Want { target, generation, patch, contradicted })
 }
 
 /// Runs until cancelled.
@@ -177,9 +183,11 @@ pub async fn run(
             // starts changes a few pods at a time, not all of them.
             let d = match derived_before.remove(&key) {
                 Some(d) if d.revision == revision && Arc::ptr_eq(&d.in_api, in_api) => d,
-                _ => {
+                before => {
                     let Some((revision, record)) = registry.pod_at_revision(&key) else { continue };
-                    Derived { revision, in_api: in_api.clone(), want: derive(&record, in_api) }
+                    let same_record =
+                        before.as_ref().filter(|b| b.revision == revision).and_then(|b| b.want.as_ref());
+                    Derived { revision, in_api: in_api.clone(), want: derive(&record, in_api, same_record) }
                 }
             };
             if let Some(w) = d.want.as_ref() {
@@ -303,6 +311,64 @@ mod tests {
         for (name, pod, want) in cases {
             assert_eq!(api_contradicts(&pod, &ours), want, "{name}");
         }
+    }
+
+    /// The status goes to the mirror pod that stands for this version of the static pod, or to
+    /// the API pod of the same UID; a new API copy of the same record keeps the same patch
+    /// (no new JSON, no deep comparison with what was sent) unless the mirror's generation moved.
+    #[test]
+    fn derived_targets_and_reused_patches() {
+        let record = |uid: &str, file: &str| {
+            let mut pod = Pod::default();
+            pod.metadata.uid = Some(uid.into());
+            pod.status = Some(status("Running", &[("Ready", "True")]));
+            PodRecord { pod, manifest_file: file.into(), warnings: Vec::new() }
+        };
+        let in_api = |uid: &str, mirror_of: Option<&str>, version: &str, generation: i64| {
+            let mut pod = Pod::default();
+            pod.metadata.uid = Some(uid.into());
+            pod.metadata.resource_version = Some(version.into());
+            pod.metadata.generation = Some(generation);
+            pod.metadata.annotations =
+                mirror_of.map(|h| [(crate::cluster::mirror::MIRROR.to_string(), h.to_string())].into());
+            pod.status = Some(status("Running", &[("Ready", "True")]));
+            pod
+        };
+        let static_pod = record("content-1", "/etc/kubernetes/manifests/web.yaml");
+        let api_pod = record("api-1", &format!("{}n1/default/web", crate::cluster::pods::API_SOURCE));
+
+        let first = derive(&static_pod, &in_api("mirror-1", Some("content-1"), "10", 1), None).unwrap();
+        assert_eq!(first.target, "mirror-1");
+        assert_eq!(first.patch["metadata"]["uid"], "mirror-1");
+        assert_eq!(first.contradicted, None, "the API shows what the node wrote");
+
+        let echo =
+            derive(&static_pod, &in_api("mirror-1", Some("content-1"), "11", 1), Some(&first)).unwrap();
+        assert!(Arc::ptr_eq(&echo.patch, &first.patch), "a new version of the same mirror: the same patch");
+
+        let regenerated =
+            derive(&static_pod, &in_api("mirror-1", Some("content-1"), "12", 2), Some(&first)).unwrap();
+        assert!(!Arc::ptr_eq(&regenerated.patch, &first.patch));
+        assert_eq!(regenerated.patch["status"]["observedGeneration"], 2);
+
+        let replaced =
+            derive(&static_pod, &in_api("mirror-2", Some("content-1"), "13", 1), Some(&first)).unwrap();
+        assert_eq!(replaced.patch["metadata"]["uid"], "mirror-2", "a new mirror pod gets its own patch");
+
+        assert!(
+            derive(&static_pod, &in_api("mirror-3", Some("content-0"), "14", 1), None).is_none(),
+            "a mirror of another version of the static pod"
+        );
+        assert_eq!(derive(&api_pod, &in_api("api-1", None, "20", 3), None).unwrap().target, "api-1");
+        assert!(
+            derive(&api_pod, &in_api("api-2", None, "21", 1), None).is_none(),
+            "another pod of that name"
+        );
+
+        let mut not_ready = in_api("mirror-1", Some("content-1"), "30", 1);
+        not_ready.status = Some(status("Running", &[("Ready", "False")]));
+        let contradicted = derive(&static_pod, &not_ready, Some(&first)).unwrap();
+        assert_eq!(contradicted.contradicted.as_deref(), Some("30"), "another writer's Ready=False");
     }
 
     #[test]
