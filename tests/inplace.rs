@@ -9,7 +9,7 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
 
 use common::*;
 use crilet::model::{ContainerState, ObservedContainer, ObservedPod};
@@ -116,10 +116,6 @@ fn has_event(evs: &[proto::Event], reason: &str, text: &str) -> bool {
 
 fn show(evs: &[proto::Event]) -> String {
     evs.iter().map(|e| format!("{} {} {} {} {}\n", e.time, e.r#type, e.reason, e.object, e.message)).collect()
-}
-
-fn now_ns() -> i64 {
-    i64::try_from(SystemTime::now().duration_since(UNIX_EPOCH).expect("clock").as_nanos()).expect("ns")
 }
 
 /// The running instance of `name` and the instances (any state) in order, newest first.
@@ -443,7 +439,7 @@ async fn agent_sigkill_during_an_update_finishes_it() {
     let web0 = container_id(&p, "web").expect("web");
     let keeper0 = container_id(&p, "keeper").expect("keeper");
 
-    let edit = now_ns();
+    let edit = Moment::now();
     a.write_manifest("web.yaml", &web(ns, "${CRILET_IMAGE_WEB_V2}", Some(6)));
     wait_for("InPlaceUpdateReady False", Duration::from_secs(20), || async {
         let p = a.pod("web")?;
@@ -471,9 +467,9 @@ async fn agent_sigkill_during_an_update_finishes_it() {
     assert_eq!((webs[0].state, webs[0].restart_count), (ContainerState::Running, 1));
     assert_eq!(webs[1].id, web0);
     assert!(
-        webs[1].finished_at >= edit + 6_000_000_000,
+        edit.until(webs[1].finished_at) >= 6_000_000_000,
         "the drain wait survived the restart: old web finished {:.1}s after the edit",
-        (webs[1].finished_at - edit) as f64 / 1e9
+        edit.until(webs[1].finished_at) as f64 / 1e9
     );
     assert_eq!(instances(&o, "keeper").len(), 1);
     let p = a.pod("web").expect("pod");
@@ -491,7 +487,7 @@ async fn drain_wait_is_honoured() {
     let web0 = container_id(&p, "web").expect("web");
     let ip = p["status"]["podIP"].as_str().expect("podIP").to_string();
 
-    let edit = now_ns();
+    let edit = Moment::now();
     a.write_manifest("web.yaml", &web(ns, "${CRILET_IMAGE_WEB_V2}", Some(5)));
     // During the wait: not ready, the old container still serves.
     let p = wait_for("InPlaceUpdateReady False", Duration::from_secs(10), || async {
@@ -510,9 +506,9 @@ async fn drain_wait_is_honoured() {
     let o = a.env.cri().observe(&uid).await.expect("observe");
     let old = o.containers.iter().find(|c| c.id == web0).expect("old web instance kept");
     assert_eq!(old.state, ContainerState::Exited);
-    let waited = (old.finished_at - edit) as f64 / 1e9;
+    let waited = edit.until(old.finished_at) as f64 / 1e9;
     assert!(
-        old.finished_at >= edit + 5_000_000_000,
+        edit.until(old.finished_at) >= 5_000_000_000,
         "old web finished {waited:.2}s after the edit (want ≥ 5)"
     );
     assert!(waited < 15.0, "but not much later: {waited:.2}s");
@@ -780,7 +776,7 @@ async fn drain_wait_not_stretched_by_a_crash_looping_sibling() {
     .await;
     let uid = uid(&p);
     let web0 = container_id(&p, "web").expect("web");
-    let edit = now_ns();
+    let edit = Moment::now();
     a.write_manifest("crashy.yaml", &WITH_CRASHER.replace("__IMAGE__", "${CRILET_IMAGE_WEB_V2}"));
     let cri = a.env.cri();
     let old = wait_for("old web stopped", Duration::from_secs(40), || async {
@@ -788,7 +784,7 @@ async fn drain_wait_not_stretched_by_a_crash_looping_sibling() {
         o.containers.into_iter().find(|c| c.id == web0 && c.state == ContainerState::Exited)
     })
     .await;
-    let waited = (old.finished_at - edit) as f64 / 1e9;
+    let waited = edit.until(old.finished_at) as f64 / 1e9;
     assert!(waited >= 2.0, "drain wait honoured: {waited:.2}s");
     assert!(waited < 5.0, "drain wait of 2 s ended {waited:.2}s after the edit\n{}", a.log());
 }

@@ -294,7 +294,7 @@ async fn stop_order_with_enough_grace() {
         .collect();
     let rec = Recorder::start(&a, &uid);
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let t0 = now_ns();
+    let t0 = Moment::now();
     let clock = Instant::now();
     a.remove_manifest("order.yaml");
     let gone = wait_gone(&a, &uid, Duration::from_secs(40)).await;
@@ -303,8 +303,8 @@ async fn stop_order_with_enough_grace() {
     for n in ["m1", "m2", "s2", "s1"] {
         eprintln!(
             "order: {n} term {:.2}s exit {:.2}s",
-            secs(must_mark(&out, &format!("{n}.term")) - t0),
-            secs(must_mark(&out, &format!("{n}.exit")) - t0)
+            secs(t0.until(must_mark(&out, &format!("{n}.term")))),
+            secs(t0.until(must_mark(&out, &format!("{n}.exit"))))
         );
     }
     eprintln!("order: gone after {took:?}");
@@ -315,7 +315,7 @@ async fn stop_order_with_enough_grace() {
     let term = |n: &str| must_mark(&out, &format!("{n}.term"));
     let exit = |n: &str| must_mark(&out, &format!("{n}.exit"));
     for m in ["m1", "m2"] {
-        let d = term(m) - t0;
+        let d = t0.until(term(m));
         assert!((0..=2 * S).contains(&d), "{m} got SIGTERM {:.2}s after the removal, want at once", secs(d));
     }
     let apps_done = exit("m1").max(exit("m2"));
@@ -372,7 +372,7 @@ async fn too_little_grace_kills_everything_within_the_budget() {
         .collect();
     let rec = Recorder::start(&a, &uid);
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let t0 = now_ns();
+    let t0 = Moment::now();
     let clock = Instant::now();
     a.remove_manifest("budget.yaml");
     let gone = wait_gone(&a, &uid, Duration::from_secs(40)).await;
@@ -399,7 +399,7 @@ async fn too_little_grace_kills_everything_within_the_budget() {
     for m in ["m1", "m2"] {
         let c = last.get(m).unwrap_or_else(|| panic!("{m} never recorded"));
         assert_eq!(c.state, ContainerState::Exited, "{m} seen exited before removal");
-        let lived = c.finished_at - t0;
+        let lived = t0.until(c.finished_at);
         assert!(
             (3 * S - S / 5..=5 * S).contains(&lived),
             "{m} SIGKILLed {:.2}s after the removal, want ~3s (TGPS)",
@@ -686,14 +686,14 @@ async fn prestop_spends_part_of_the_budget() {
     a.write_manifest("prestop.yaml", &prestop_pod(&out));
     let p = running_pod(&a, "prestop").await;
     let uid = uid_of(&p);
-    let t0 = now_ns();
+    let t0 = Moment::now();
     let clock = Instant::now();
     a.remove_manifest("prestop.yaml");
     let gone = wait_gone(&a, &uid, Duration::from_secs(30)).await;
     let took = gone.duration_since(clock);
-    let pre = must_mark(&out, "prestop") - t0;
+    let pre = t0.until(must_mark(&out, "prestop"));
     assert!((0..=2 * S).contains(&pre), "preStop started {:.2}s after the removal", secs(pre));
-    let term = must_mark(&out, "term") - t0;
+    let term = t0.until(must_mark(&out, "term"));
     eprintln!("prestop: hook at {:.2}s, SIGTERM at {:.2}s, gone after {took:?}", secs(pre), secs(term));
     assert!(
         (4 * S - S / 5..=6 * S).contains(&term),
@@ -748,12 +748,12 @@ async fn prestop_longer_than_the_budget_is_cut_at_the_deadline() {
     a.write_manifest("longpre.yaml", &long_prestop_pod(&out));
     let p = running_pod(&a, "longpre").await;
     let uid = uid_of(&p);
-    let t0 = now_ns();
+    let t0 = Moment::now();
     let clock = Instant::now();
     a.remove_manifest("longpre.yaml");
     let gone = wait_gone(&a, &uid, Duration::from_secs(30)).await;
     let took = gone.duration_since(clock);
-    let (app_pre, side_pre) = (must_mark(&out, "app.pre") - t0, must_mark(&out, "side.pre") - t0);
+    let (app_pre, side_pre) = (t0.until(must_mark(&out, "app.pre")), t0.until(must_mark(&out, "side.pre")));
     eprintln!(
         "longpre: app preStop {:.2}s, side preStop {:.2}s, gone after {took:?}",
         secs(app_pre),
@@ -765,7 +765,11 @@ async fn prestop_longer_than_the_budget_is_cut_at_the_deadline() {
     assert!(took <= Duration::from_secs(4 + 2), "pod gone after {took:?}, budget 4 s\n{}", a.log());
     // The sidecar is stopped only after the app, at the deadline.
     if let Some(t) = mark(&out, "side.term") {
-        assert!(t - t0 >= 4 * S - S / 2, "sidecar SIGTERM at {:.2}s, before the app was gone", secs(t - t0));
+        assert!(
+            t0.until(t) >= 4 * S - S / 2,
+            "sidecar SIGTERM at {:.2}s, before the app was gone",
+            secs(t0.until(t))
+        );
     }
 }
 
@@ -875,7 +879,7 @@ async fn sandbox_loss_rebuilds_the_pod_and_keeps_the_empty_dir() {
     assert_eq!(old_sb.attempt, 0);
     let old_app = o.newest("app").expect("app").id.clone();
     let old_side = o.newest("side").expect("side").id.clone();
-    let t0 = now_ns();
+    let t0 = Moment::now();
     cri.stop_sandbox(&old_sb.id).await.expect("stop sandbox out of band");
     let o = wait_for("new sandbox with the app running again", Duration::from_secs(60), || async {
         let o = cri.observe(&uid).await.ok()?;
@@ -886,8 +890,12 @@ async fn sandbox_loss_rebuilds_the_pod_and_keeps_the_empty_dir() {
     })
     .await;
     let sb = o.sandbox().expect("sb");
-    eprintln!("sbloss: new sandbox {:.2}s after the loss", secs(sb.created_at - t0));
-    assert!(sb.created_at - t0 <= 5 * S, "new sandbox {:.2}s after the loss", secs(sb.created_at - t0));
+    eprintln!("sbloss: new sandbox {:.2}s after the loss", secs(t0.until(sb.created_at)));
+    assert!(
+        t0.until(sb.created_at) <= 5 * S,
+        "new sandbox {:.2}s after the loss",
+        secs(t0.until(sb.created_at))
+    );
     let side = o.newest("side").expect("sidecar");
     assert_ne!(side.id, old_side, "sidecar started again");
     assert_eq!(side.state, ContainerState::Running);

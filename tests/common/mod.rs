@@ -411,3 +411,33 @@ spec:
     );
     (yaml, dir)
 }
+
+/// A moment of a test on both clocks. The runtime's timestamps, and the marks the pods' shells
+/// write with `date`, are wall-clock time. This machine's wall clock has been seen to jump
+/// (13 s forward once, during an 8 s test) while the monotonic clock, which the agent's timers
+/// run on, did not. Such a jump is nobody's time, and `until` takes it out.
+pub struct Moment {
+    wall: i64,
+    mono: Instant,
+}
+
+impl Moment {
+    pub fn now() -> Moment {
+        let wall =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_nanos();
+        Moment { wall: i64::try_from(wall).expect("ns"), mono: Instant::now() }
+    }
+
+    /// How far the wall clock has moved since this moment beyond the monotonic clock, in ns.
+    pub fn jump(&self) -> i64 {
+        let now = Moment::now();
+        let mono = i64::try_from(self.mono.elapsed().as_nanos()).expect("ns");
+        now.wall - self.wall - mono
+    }
+
+    /// Nanoseconds from this moment to wall-clock time `t` (ns since the epoch), less the wall
+    /// clock's jump since this moment.
+    pub fn until(&self, t: i64) -> i64 {
+        t - self.wall - self.jump()
+    }
+}
