@@ -87,7 +87,8 @@ struct Inner {
     liveness: crate::health::Liveness,
     /// Each pod's lifecycle steps, for `describe` (dropped with the pod).
     timelines: Mutex<BTreeMap<PodKey, Timeline>>,
-    /// Bumped whenever a pod is put or removed (the cluster status writer waits on it).
+    /// Bumped whenever a put changes a pod's record or a pod is removed (the cluster status
+    /// writer waits on it).
     changes: watch::Sender<u64>,
     /// Cluster mode: whether the API server answers (`None` without a kubeconfig).
     api: Mutex<Option<ApiHealth>>,
