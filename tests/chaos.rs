@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use common::*;
 use crilet::model::keys;
@@ -23,10 +23,6 @@ const NS: &str = "t-chaos";
 const S: i64 = 1_000_000_000;
 /// Grace of the pods that are removed during the run; their `stubborn` container ignores TERM.
 const END_GRACE_S: i64 = 3;
-
-fn now_ns() -> i64 {
-    i64::try_from(SystemTime::now().duration_since(UNIX_EPOCH).expect("clock").as_nanos()).expect("ns")
-}
 
 fn steady() -> String {
     format!(

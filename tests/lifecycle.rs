@@ -13,17 +13,13 @@ use std::os::unix::fs::MetadataExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use common::*;
 use crilet::model::{ContainerState, ObservedContainer, SandboxState, keys};
 use serde_json::Value;
 
 const S: i64 = 1_000_000_000;
-
-fn now_ns() -> i64 {
-    i64::try_from(SystemTime::now().duration_since(UNIX_EPOCH).expect("clock").as_nanos()).expect("ns")
-}
 
 fn secs(ns: i64) -> f64 {
     ns as f64 / 1e9

@@ -423,16 +423,18 @@ pub struct Moment {
 
 impl Moment {
     pub fn now() -> Moment {
-        let wall =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_nanos();
-        Moment { wall: i64::try_from(wall).expect("ns"), mono: Instant::now() }
+        Moment { wall: now_ns(), mono: Instant::now() }
+    }
+
+    /// Monotonic time since this moment.
+    pub fn elapsed(&self) -> Duration {
+        self.mono.elapsed()
     }
 
     /// How far the wall clock has moved since this moment beyond the monotonic clock, in ns.
     pub fn jump(&self) -> i64 {
-        let now = Moment::now();
         let mono = i64::try_from(self.mono.elapsed().as_nanos()).expect("ns");
-        now.wall - self.wall - mono
+        now_ns() - self.wall - mono
     }
 
     /// Nanoseconds from this moment to wall-clock time `t` (ns since the epoch), less the wall
@@ -440,4 +442,10 @@ impl Moment {
     pub fn until(&self, t: i64) -> i64 {
         t - self.wall - self.jump()
     }
+}
+
+/// Wall-clock time, in ns since the epoch (the runtime's timestamps are on this clock).
+pub fn now_ns() -> i64 {
+    let ns = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_nanos();
+    i64::try_from(ns).expect("ns")
 }
