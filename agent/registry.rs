@@ -75,8 +75,6 @@ struct Stored {
 
 struct Inner {
     pods: RwLock<BTreeMap<PodKey, Stored>>,
-    /// The revision of the newest put that changed a record.
-    revision: std::sync::atomic::AtomicU64,
     events: Mutex<VecDeque<Event>>,
     event_tx: broadcast::Sender<Event>,
     /// Conditions set from outside (readiness gates), by pod.
@@ -88,7 +86,7 @@ struct Inner {
     /// Each pod's lifecycle steps, for `describe` (dropped with the pod).
     timelines: Mutex<BTreeMap<PodKey, Timeline>>,
     /// Bumped whenever a put changes a pod's record or a pod is removed (the cluster status
-    /// writer waits on it).
+    /// writer waits on it); a changed record's revision is the value it was bumped to.
     changes: watch::Sender<u64>,
     /// Cluster mode: whether the API server answers (`None` without a kubeconfig).
     api: Mutex<Option<ApiHealth>>,
@@ -109,7 +107,6 @@ impl Default for Registry {
         Self {
             inner: Arc::new(Inner {
                 pods: RwLock::default(),
-                revision: Default::default(),
                 events: Mutex::default(),
                 event_tx,
                 external_conditions: RwLock::default(),
@@ -132,10 +129,12 @@ impl Registry {
         if pods.get(&key).is_some_and(|s| s.record == record) {
             return;
         }
-        let revision = self.inner.revision.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        let mut revision = 0;
+        self.inner.changes.send_modify(|n| {
+            *n = n.wrapping_add(1);
+            revision = *n;
+        });
         pods.insert(key, Stored { record, revision });
-        drop(pods);
-        self.inner.changes.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     /// Each pod's key and the revision of its record (a newer put that changed it, a higher
