@@ -11,6 +11,8 @@
 #                                        `kubelet` also the upstream kubelet (for benchmarks)
 #        hack/cluster.sh status          what runs and answers (exit 1 unless all of it)
 #   -v / CRILET_VERBOSE=1: show the build's output as it comes.
+#   CRILET_CLUSTER_PROFILING=1: the API server serves /debug/pprof (to profile what a node's
+#   requests cost it); `up` restarts it when this changes.
 #
 # What `up` makes (as root; every step is skipped when already done):
 #   1. kube-apiserver, kube-controller-manager, kube-scheduler v1.36.3 built from the
@@ -465,7 +467,7 @@ component_argv() {
                 --feature-gates ContainerStopSignals=true
                 --audit-policy-file "$CLUSTER_AUDIT_POLICY" --audit-log-path "$CLUSTER_AUDIT_LOG"
                 --audit-log-maxsize 100 --audit-log-maxbackup 1
-                --profiling=false) ;;
+                --profiling="$([ "${CRILET_CLUSTER_PROFILING:-0}" = 1 ] && echo true || echo false)") ;;
         kube-controller-manager)
             ARGV=("$bin" --kubeconfig "$CLUSTER_ADMIN_KUBECONFIG"
                 --bind-address 127.0.0.1 --secure-port "$CLUSTER_KCM_PORT"
