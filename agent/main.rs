@@ -114,6 +114,19 @@ struct RunArgs {
     /// (the kubelet's sync frequency) [default: 1m]
     #[arg(long)]
     sync_frequency: Option<String>,
+    /// API requests a second the node makes for pods, statuses and mirror pods (the heartbeat
+    /// is not limited); 0 for no limit [default: 50]
+    #[arg(long)]
+    kube_api_qps: Option<u32>,
+    /// API requests the node may make at once above --kube-api-qps [default: 100]
+    #[arg(long)]
+    kube_api_burst: Option<u32>,
+    /// Events a second the node sends; 0 for no limit [default: 50]
+    #[arg(long)]
+    event_qps: Option<u32>,
+    /// Events the node may send at once above --event-qps [default: 100]
+    #[arg(long)]
+    event_burst: Option<u32>,
     /// A YAML file holding the same settings (flags win)
     #[arg(long)]
     #[serde(skip)]
@@ -151,6 +164,10 @@ impl RunArgs {
             self.tls_private_key_file = self.tls_private_key_file.or(file.tls_private_key_file);
             self.client_ca_file = self.client_ca_file.or(file.client_ca_file);
             self.sync_frequency = self.sync_frequency.or(file.sync_frequency);
+            self.kube_api_qps = self.kube_api_qps.or(file.kube_api_qps);
+            self.kube_api_burst = self.kube_api_burst.or(file.kube_api_burst);
+            self.event_qps = self.event_qps.or(file.event_qps);
+            self.event_burst = self.event_burst.or(file.event_burst);
         }
         let runtime = self
             .container_runtime_endpoint
@@ -191,6 +208,13 @@ impl RunArgs {
                         max_pods: self.max_pods.unwrap_or(110),
                         port: self.port.unwrap_or(10250),
                         root_dir: root_dir.clone(),
+                        api_limit: limit(
+                            "--kube-api-qps",
+                            self.kube_api_qps,
+                            "--kube-api-burst",
+                            self.kube_api_burst,
+                        )?,
+                        event_limit: limit("--event-qps", self.event_qps, "--event-burst", self.event_burst)?,
                     },
                     sync_frequency,
                     tls_cert_file: self.tls_cert_file,
@@ -222,6 +246,25 @@ impl RunArgs {
             )?,
         })
     }
+}
+
+/// A rate limit from its two flags (the kubelet's defaults, 50 and 100, where unset). A burst
+/// of 0 would let nothing through: refused.
+fn limit(
+    qps_flag: &str,
+    qps: Option<u32>,
+    burst_flag: &str,
+    burst: Option<u32>,
+) -> anyhow::Result<crilet::cluster::throttle::Limit> {
+    let default = crilet::cluster::throttle::Limit::KUBELET_DEFAULT;
+    let limit = crilet::cluster::throttle::Limit {
+        qps: qps.unwrap_or(default.qps),
+        burst: burst.unwrap_or(default.burst),
+    };
+    if limit.qps > 0 && limit.burst == 0 {
+        anyhow::bail!("{burst_flag} 0 with {qps_flag} {}: the burst must be 1 or more", limit.qps);
+    }
+    Ok(limit)
 }
 
 /// Cluster mode's settings (`--kubeconfig` given).

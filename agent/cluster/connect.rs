@@ -5,7 +5,10 @@ use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use kube::api::{Api, PostParams};
+use kube::client::ClientBuilder;
 use kube::config::{KubeConfigOptions, Kubeconfig};
+
+use super::throttle::{Limit, ThrottleLayer};
 
 /// Why the agent cannot use a kubeconfig at all: the agent stops with this.
 #[derive(Debug, thiserror::Error)]
@@ -15,18 +18,49 @@ pub struct KubeconfigError {
     pub reason: String,
 }
 
-/// Builds a client from the kubeconfig file. Nothing is sent yet.
-pub async fn client(file: &Path) -> Result<kube::Client, KubeconfigError> {
+/// The node's clients of one API server, as the kubelet's: each with its own rate limit.
+pub struct Clients {
+    /// Pods, statuses, mirror pods, Node registration, the objects volumes read.
+    pub api: kube::Client,
+    /// Events.
+    pub events: kube::Client,
+    /// The Node's status and Lease: never throttled.
+    pub heartbeat: kube::Client,
+}
+
+/// The client settings of a kubeconfig file.
+async fn config(file: &Path) -> Result<kube::Config, KubeconfigError> {
     let fail = |reason: String| KubeconfigError { file: file.to_path_buf(), reason };
     let kubeconfig = Kubeconfig::read_from(file).map_err(|e| fail(format!("{e}")))?;
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
         .map_err(|e| fail(format!("{e}")))?;
-    let mut config = config;
     // The kubelet's defaults: a watch is long-lived; single requests are bounded.
     config.read_timeout = Some(std::time::Duration::from_secs(300));
     config.connect_timeout = Some(std::time::Duration::from_secs(10));
-    kube::Client::try_from(config).map_err(|e| fail(format!("building the client: {e}")))
+    Ok(config)
+}
+
+/// A client with `limit` from the settings of `file`.
+fn build(file: &Path, config: &kube::Config, limit: Limit) -> Result<kube::Client, KubeconfigError> {
+    ClientBuilder::try_from(config.clone()).map(|b| b.with_layer(&ThrottleLayer::new(limit)).build()).map_err(
+        |e| KubeconfigError { file: file.to_path_buf(), reason: format!("building the client: {e}") },
+    )
+}
+
+/// Builds one client (not rate-limited) from the kubeconfig file. Nothing is sent yet.
+pub async fn client(file: &Path) -> Result<kube::Client, KubeconfigError> {
+    build(file, &config(file).await?, Limit::NONE)
+}
+
+/// Builds the node's clients from the kubeconfig file. Nothing is sent yet.
+pub async fn clients(file: &Path, api: Limit, events: Limit) -> Result<Clients, KubeconfigError> {
+    let config = config(file).await?;
+    Ok(Clients {
+        api: build(file, &config, api)?,
+        events: build(file, &config, events)?,
+        heartbeat: build(file, &config, Limit::NONE)?,
+    })
 }
 
 /// What asking the API server who we are found.

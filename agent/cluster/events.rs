@@ -108,7 +108,7 @@ pub async fn run(
         if !bucket.take(now) {
             continue;
         }
-        let events: Api<ApiEvent> = Api::namespaced(link.client.clone(), &e.pod.namespace);
+        let events: Api<ApiEvent> = Api::namespaced(link.events.clone(), &e.pod.namespace);
         let id = (uid.clone(), e.container.clone(), e.reason.clone(), e.message.clone());
         if e.count > 1 {
             if let Some(name) = created.get(&id) {

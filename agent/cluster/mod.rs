@@ -17,6 +17,7 @@ pub mod node_object;
 pub mod node_sync;
 pub mod pods;
 pub mod status_sync;
+pub mod throttle;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -47,11 +48,20 @@ pub struct ClusterConfig {
     pub max_pods: u32,
     pub port: u16,
     pub root_dir: PathBuf,
+    /// `--kube-api-qps`/`--kube-api-burst`: the main client's rate limit.
+    pub api_limit: throttle::Limit,
+    /// `--event-qps`/`--event-burst`: the Events client's.
+    pub event_limit: throttle::Limit,
 }
 
 /// The connection to the API server, shared by every cluster loop.
 pub struct ClusterLink {
+    /// Rate-limited by `--kube-api-qps`/`--kube-api-burst`.
     pub client: kube::Client,
+    /// For Events, rate-limited by `--event-qps`/`--event-burst`.
+    pub events: kube::Client,
+    /// For the Node's status and Lease, not rate-limited.
+    pub heartbeat: kube::Client,
     pub node_name: String,
     registry: Registry,
 }
@@ -105,8 +115,14 @@ pub use pods::ApiPods;
 /// Connects: a kubeconfig that cannot work is an error (the agent stops); an API server that
 /// does not answer yet is only logged (every loop retries).
 pub async fn connect(cfg: &ClusterConfig, registry: &Registry) -> anyhow::Result<Arc<ClusterLink>> {
-    let client = connect::client(&cfg.kubeconfig).await?;
-    let link = Arc::new(ClusterLink { client, node_name: cfg.node_name.clone(), registry: registry.clone() });
+    let clients = connect::clients(&cfg.kubeconfig, cfg.api_limit, cfg.event_limit).await?;
+    let link = Arc::new(ClusterLink {
+        client: clients.api,
+        events: clients.events,
+        heartbeat: clients.heartbeat,
+        node_name: cfg.node_name.clone(),
+        registry: registry.clone(),
+    });
     let who = tokio::time::timeout(Duration::from_secs(15), connect::whoami(&link.client)).await;
     match who {
         Ok(connect::Identity::User(user)) => {

@@ -100,7 +100,7 @@ async fn runtime_readiness(cri: &CriClient) -> RuntimeReadiness {
 /// Writes the node status every [`STATUS_CHECK`] when it changed, else every [`STATUS_REPORT`];
 /// publishes whether the last write worked.
 pub async fn run_status(link: Arc<ClusterLink>, cri: CriClient, facts: NodeFacts, cancel: CancellationToken) {
-    let nodes: Api<Node> = Api::all(link.client.clone());
+    let nodes: Api<Node> = Api::all(link.heartbeat.clone());
     let (watched, watch_current) = watch_own_node(&nodes, &facts.name, cancel.clone());
     let mut written: Option<(NodeStatus, tokio::time::Instant)> = None;
     let mut tick = tokio::time::interval(STATUS_CHECK);
@@ -195,7 +195,7 @@ pub async fn run_lease(
     mut node_uid: watch::Receiver<String>,
     cancel: CancellationToken,
 ) {
-    let leases: Api<Lease> = Api::namespaced(link.client.clone(), "kube-node-lease");
+    let leases: Api<Lease> = Api::namespaced(link.heartbeat.clone(), "kube-node-lease");
     let mut cached: Option<Lease> = None;
     // The Lease is owned by the Node: it is made once the Node is registered (as the kubelet).
     while node_uid.borrow_and_update().is_empty() {
