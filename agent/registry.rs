@@ -147,6 +147,11 @@ impl Registry {
             .unwrap_or_default()
     }
 
+    /// One pod's revision, without its record.
+    pub fn pod_revision(&self, key: &PodKey) -> Option<u64> {
+        self.inner.pods.read().ok()?.get(key).map(|s| s.revision)
+    }
+
     /// One pod's record with its revision.
     pub fn pod_at_revision(&self, key: &PodKey) -> Option<(u64, PodRecord)> {
         self.inner.pods.read().ok()?.get(key).map(|s| (s.revision, s.record.clone()))

@@ -154,6 +154,43 @@ fn derive(record: &PodRecord, in_api: &Pod, before: Option<&Want>) -> Option<Wan
     Some(Want { target, generation, patch, contradicted })
 }
 
+/// One pod status to write in a pass.
+struct Write {
+    /// The pod's namespace and name.
+    pod: PodKey,
+    /// Derived from the pod's record (else: a rejection, not in the registry).
+    from_record: bool,
+    patch: Arc<Value>,
+    /// The resourceVersion the API shows when it contradicts the status.
+    contradicted: Option<String>,
+}
+
+impl Write {
+    /// What to write when its turn comes: a pass writes one pod after another, each awaiting
+    /// the API server and its client's rate limit, so a pod's record may have moved on since
+    /// the pass began. Its newest status goes then (`derived` is updated with it), not the
+    /// one the next pass would send right after: a burst of starts costs one write per pod
+    /// and turn, not one per change. `None`: nothing to write any more.
+    fn newest(
+        self,
+        uid: &str,
+        registry: &Registry,
+        derived: &mut BTreeMap<PodKey, Derived>,
+    ) -> Option<Write> {
+        let key = &self.pod;
+        let Some(d) = derived.get_mut(key).filter(|_| self.from_record) else { return Some(self) };
+        if registry.pod_revision(key) == Some(d.revision) {
+            return Some(self);
+        }
+        // Removed meanwhile: the next pass drops it.
+        let (revision, record) = registry.pod_at_revision(key)?;
+        let want = derive(&record, &d.in_api, None);
+        *d = Derived { revision, in_api: d.in_api.clone(), want };
+        let w = d.want.as_ref().filter(|w| w.target == uid)?;
+        Some(Write { patch: w.patch.clone(), contradicted: w.contradicted.clone(), ..self })
+    }
+}
+
 /// Runs until cancelled.
 pub async fn run(
     link: Arc<ClusterLink>,
@@ -173,9 +210,8 @@ pub async fn run(
     let mut reconcile_at: Option<tokio::time::Instant>;
     loop {
         let current = api.borrow_and_update().clone();
-        // By target UID: namespace, name, patch, and (when the API contradicts the status)
-        // the resourceVersion it shows.
-        let mut wanted: BTreeMap<String, (String, String, Arc<Value>, Option<String>)> = BTreeMap::new();
+        // By target UID.
+        let mut wanted: BTreeMap<String, Write> = BTreeMap::new();
         let mut derived = BTreeMap::new();
         for (key, revision) in registry.pod_revisions() {
             let Some(in_api) = current.pods.get(&key) else { continue };
@@ -193,7 +229,12 @@ pub async fn run(
             if let Some(w) = d.want.as_ref() {
                 wanted.insert(
                     w.target.clone(),
-                    (key.namespace.clone(), key.name.clone(), w.patch.clone(), w.contradicted.clone()),
+                    Write {
+                        pod: key.clone(),
+                        from_record: true,
+                        patch: w.patch.clone(),
+                        contradicted: w.contradicted.clone(),
+                    },
                 );
             }
             derived.insert(key, d);
@@ -202,19 +243,25 @@ pub async fn run(
         for (uid, (key, r)) in rejections.borrow_and_update().iter() {
             wanted.insert(
                 uid.clone(),
-                (
-                    key.namespace.clone(),
-                    key.name.clone(),
-                    Arc::new(rejection_patch(uid, &r.reason, &r.message)),
-                    None,
-                ),
+                Write {
+                    pod: key.clone(),
+                    from_record: false,
+                    patch: Arc::new(rejection_patch(uid, &r.reason, &r.message)),
+                    contradicted: None,
+                },
             );
         }
         sent.retain(|uid, _| wanted.contains_key(uid));
         contradicted_since.retain(|uid, _| wanted.contains_key(uid));
         retry = false;
         reconcile_at = None;
-        for (uid, (ns, name, patch, contradicted)) in wanted {
+        for (uid, write) in wanted {
+            let Some(Write { pod, patch, contradicted, .. }) =
+                write.newest(&uid, &registry, &mut derived_before)
+            else {
+                continue;
+            };
+            let (ns, name) = (&pod.namespace, &pod.name);
             if let Some((_, ours)) =
                 sent.get(&uid).filter(|(last, _)| Arc::ptr_eq(last, &patch) || last == &patch)
             {
@@ -231,8 +278,8 @@ pub async fn run(
                 debug!(pod = %format!("{ns}/{name}"), "another writer changed the node's part of the pod status; writing it again");
             }
             contradicted_since.remove(&uid);
-            let pods: Api<Pod> = Api::namespaced(link.client.clone(), &ns);
-            match pods.patch_status(&name, &PatchParams::default(), &Patch::Strategic(&*patch)).await {
+            let pods: Api<Pod> = Api::namespaced(link.client.clone(), ns);
+            match pods.patch_status(name, &PatchParams::default(), &Patch::Strategic(&*patch)).await {
                 Ok(written) => {
                     debug!(pod = %format!("{ns}/{name}"), "pod status written");
                     link.api_ok();
