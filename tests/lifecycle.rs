@@ -867,8 +867,17 @@ async fn sandbox_loss_rebuilds_the_pod_and_keeps_the_empty_dir() {
     let p = running_pod(&a, "sbloss").await;
     let uid = uid_of(&p);
     let log = a.root.join("pods").join(&uid).join("volumes/kubernetes.io~empty-dir/data/log");
-    let text = std::fs::read_to_string(&log).expect("emptyDir file");
-    assert_eq!(text, "init\napp\n");
+    // The app is running once its shell has started, not once it has written its line.
+    let wrote = |want: &'static str| {
+        let log = log.clone();
+        async move {
+            wait_for(&format!("emptyDir log {want:?}"), Duration::from_secs(10), || async {
+                std::fs::read_to_string(&log).ok().filter(|t| t.len() >= want.len())
+            })
+            .await
+        }
+    };
+    assert_eq!(wrote("init\napp\n").await, "init\napp\n");
     let cri = a.env.cri();
     let o = cri.observe(&uid).await.expect("observe");
     let old_sb = o.sandbox().expect("sandbox").clone();
@@ -909,8 +918,11 @@ async fn sandbox_loss_rebuilds_the_pod_and_keeps_the_empty_dir() {
     for n in ["app", "init", "side"] {
         assert_eq!(cstatus(&p, n).expect(n)["restartCount"].as_u64(), Some(1), "{n} restartCount");
     }
-    let text = std::fs::read_to_string(&log).expect("emptyDir file survives");
-    assert_eq!(text, "init\napp\ninit\napp\n", "emptyDir kept; the init sequence ran again");
+    assert_eq!(
+        wrote("init\napp\ninit\napp\n").await,
+        "init\napp\ninit\napp\n",
+        "emptyDir kept; the init sequence ran again"
+    );
     clean_up(a).await;
 }
 
