@@ -2,9 +2,9 @@
 //! socket shows) becomes a `v1` Event on the pod, so `kubectl describe pod` shows it. As the
 //! kubelet's recorder: a repeat of the same event bumps its count (one PATCH, not a new Event),
 //! and each pod has a token bucket (burst 25, one more every 5 minutes) so a crash loop cannot
-//! flood the API server.
+//! flood the API server. Events about a static pod wait for its mirror pod.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -17,6 +17,7 @@ use tracing::debug;
 
 use super::ClusterLink;
 use super::pods::ApiPods;
+use crate::model::PodKey;
 use crate::registry::{Event, Registry};
 
 const BURST: f64 = 25.0;
@@ -74,62 +75,126 @@ pub fn api_event(e: &Event, pod_uid: &str, node: &str, name: &str) -> ApiEvent {
     }
 }
 
+/// Events about pods the API does not show yet (a static pod before its mirror pod is made):
+/// held in order until it does, at most a bucket's worth per pod, and for at most [`HOLD`].
+/// Sending them is what the kubelet does; dropping them would lose a static pod's first
+/// Pulled, Created and Started whenever its mirror pod is made after its containers start.
+#[derive(Default)]
+struct Held {
+    pods: BTreeMap<PodKey, (Instant, VecDeque<Event>)>,
+}
+
+/// How long events wait for their pod's object.
+const HOLD: Duration = Duration::from_secs(300);
+
+impl Held {
+    fn hold(&mut self, e: Event, now: Instant) {
+        let (_, events) = self.pods.entry(e.pod.clone()).or_insert_with(|| (now, VecDeque::new()));
+        events.push_back(e);
+        if events.len() > BURST as usize {
+            events.pop_front();
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.pods.is_empty()
+    }
+
+    /// The held events whose pod `uid_of` now knows, each pod's in order, with the pod's UID;
+    /// drops those held longer than [`HOLD`].
+    fn release(&mut self, now: Instant, uid_of: impl Fn(&PodKey) -> Option<String>) -> Vec<(String, Event)> {
+        let mut out = Vec::new();
+        self.pods.retain(|key, (since, events)| match uid_of(key) {
+            Some(uid) => {
+                out.extend(events.drain(..).map(|e| (uid.clone(), e)));
+                false
+            }
+            None => now.duration_since(*since) < HOLD,
+        });
+        out
+    }
+}
+
 /// Sends the registry's events to the API server until cancelled.
 pub async fn run(
     link: Arc<ClusterLink>,
     registry: Registry,
-    api: watch::Receiver<ApiPods>,
+    mut api: watch::Receiver<ApiPods>,
     cancel: CancellationToken,
 ) {
     let mut rx = registry.subscribe();
-    let mut buckets: HashMap<String, Bucket> = HashMap::new();
-    // The Event already created for (pod uid, container, reason, message).
-    let mut created: BTreeMap<(String, Option<String>, String, String), String> = BTreeMap::new();
+    let mut held = Held::default();
+    let mut sender = Sender { link, buckets: HashMap::new(), created: BTreeMap::new() };
     loop {
-        let e = tokio::select! {
+        tokio::select! {
             _ = cancel.cancelled() => return,
             r = rx.recv() => match r {
-                Ok(e) => e,
+                Ok(e) => held.hold(e, Instant::now()),
                 Err(broadcast::error::RecvError::Lagged(n)) => {
                     debug!(dropped = n, "events came faster than they could be sent; some were dropped");
                     continue;
                 }
                 Err(broadcast::error::RecvError::Closed) => return,
             },
-        };
-        // The pod object the event is about: the API pod, or a static pod's mirror.
-        let uid = {
-            let view = api.borrow();
-            view.pods.get(&e.pod).and_then(|p| p.metadata.uid.clone())
-        };
-        let Some(uid) = uid else { continue };
-        let now = Instant::now();
-        let bucket = buckets.entry(uid.clone()).or_insert(Bucket { tokens: BURST, at: now });
-        if !bucket.take(now) {
-            continue;
+            // The pod object an event waits for may be there now.
+            r = api.changed() => {
+                if r.is_err() {
+                    return;
+                }
+                if held.is_empty() {
+                    continue;
+                }
+            }
         }
-        let events: Api<ApiEvent> = Api::namespaced(link.events.clone(), &e.pod.namespace);
+        // The pod object each event is about: the API pod, or a static pod's mirror.
+        let ready = {
+            let view = api.borrow_and_update();
+            held.release(Instant::now(), |key| view.pods.get(key).and_then(|p| p.metadata.uid.clone()))
+        };
+        for (uid, e) in ready {
+            sender.send(uid, e).await;
+        }
+    }
+}
+
+/// What sending needs to remember.
+struct Sender {
+    link: Arc<ClusterLink>,
+    buckets: HashMap<String, Bucket>,
+    /// The Event already created for (pod uid, container, reason, message).
+    created: BTreeMap<(String, Option<String>, String, String), String>,
+}
+
+impl Sender {
+    /// Sends `e` about the pod object `uid`: a new Event, or a repeat's count on the one made.
+    async fn send(&mut self, uid: String, e: Event) {
+        let now = Instant::now();
+        let bucket = self.buckets.entry(uid.clone()).or_insert(Bucket { tokens: BURST, at: now });
+        if !bucket.take(now) {
+            return;
+        }
+        let events: Api<ApiEvent> = Api::namespaced(self.link.events.clone(), &e.pod.namespace);
         let id = (uid.clone(), e.container.clone(), e.reason.clone(), e.message.clone());
         if e.count > 1 {
-            if let Some(name) = created.get(&id) {
+            if let Some(name) = self.created.get(&id) {
                 let patch = serde_json::json!({ "count": e.count, "lastTimestamp": Time(e.time) });
                 match events.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await {
-                    Ok(_) => continue,
+                    Ok(_) => return,
                     Err(err) => debug!(error = %err, "updating an event failed; creating it anew"),
                 }
             }
         }
         let name = format!("{}.{:x}", e.pod.name, e.time.as_nanosecond());
-        match events.create(&PostParams::default(), &api_event(&e, &uid, &link.node_name, &name)).await {
+        match events.create(&PostParams::default(), &api_event(&e, &uid, &self.link.node_name, &name)).await {
             Ok(_) => {
-                created.insert(id, name);
-                if created.len() > 4096 {
-                    created.pop_first();
+                self.created.insert(id, name);
+                if self.created.len() > 4096 {
+                    self.created.pop_first();
                 }
             }
             Err(err) => debug!(error = %err, pod = %e.pod, reason = %e.reason, "sending an event failed"),
         }
-        buckets.retain(|_, b| now.duration_since(b.at) < REFILL * 25);
+        self.buckets.retain(|_, b| now.duration_since(b.at) < REFILL * 25);
     }
 }
 
@@ -166,5 +231,59 @@ mod tests {
         assert_eq!(a.involved_object.uid.as_deref(), Some("u1"));
         assert_eq!(a.source.unwrap().host.as_deref(), Some("n1"));
         assert_eq!((a.count, a.type_.as_deref()), (Some(3), Some("Normal")));
+    }
+
+    fn event(pod: &str, reason: &str) -> Event {
+        let t: jiff::Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+        Event {
+            time: t,
+            first_time: t,
+            kind: "Normal",
+            reason: reason.into(),
+            pod: crate::model::PodKey::new("ns", pod),
+            container: None,
+            message: String::new(),
+            count: 1,
+        }
+    }
+
+    #[test]
+    fn events_wait_for_their_pod_object_in_order_and_not_forever() {
+        let t0 = Instant::now();
+        let mut held = Held::default();
+        for (pod, reason) in [("a", "Pulled"), ("b", "Pulled"), ("a", "Created"), ("a", "Started")] {
+            held.hold(event(pod, reason), t0);
+        }
+        let released = |held: &mut Held, at: Instant, known: &[&str]| -> Vec<(String, String)> {
+            held.release(at, |k| known.contains(&k.name.as_str()).then(|| format!("uid-{}", k.name)))
+                .into_iter()
+                .map(|(uid, e)| (uid, e.reason))
+                .collect()
+        };
+        let s =
+            |v: &[(&str, &str)]| v.iter().map(|(u, r)| (u.to_string(), r.to_string())).collect::<Vec<_>>();
+        // (when, pods the API shows, released)
+        let cases: [(Instant, &[&str], Vec<(String, String)>); 4] = [
+            (t0, &[], vec![]),
+            (t0, &["a"], s(&[("uid-a", "Pulled"), ("uid-a", "Created"), ("uid-a", "Started")])),
+            (t0, &["a"], vec![]),
+            (t0 + HOLD, &["a"], vec![]),
+        ];
+        for (i, (at, known, want)) in cases.into_iter().enumerate() {
+            assert_eq!(released(&mut held, at, known), want, "case {i}");
+        }
+        assert!(held.is_empty(), "b waited longer than HOLD: dropped");
+    }
+
+    #[test]
+    fn a_pod_holds_at_most_a_bucket_of_events_the_newest() {
+        let t0 = Instant::now();
+        let mut held = Held::default();
+        for i in 0..(BURST as usize + 5) {
+            held.hold(event("a", &format!("r{i}")), t0);
+        }
+        let out = held.release(t0, |_| Some("u".into()));
+        assert_eq!(out.len(), BURST as usize);
+        assert_eq!(out[0].1.reason, "r5", "the oldest went first");
     }
 }
