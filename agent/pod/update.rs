@@ -167,10 +167,16 @@ pub fn held(
     held
 }
 
-/// Does the running instance use the pulled image? Compared by image ID or repo digest, never by
-/// the tag string.
+/// Does the running instance use the pulled image? Compared by image ID or manifest digest, never
+/// by the tag string. The digest alone, whatever repository names it: the runtime reports an
+/// image by the first of its names, so a second name for the same image (another pod pulling it
+/// from elsewhere, a retag) changes the repository in `image_ref` but not the content.
 fn runs_image(o: &ObservedContainer, img: &PulledImage) -> bool {
-    o.image_ref == img.id || img.repo_digests.contains(&o.image_ref) || o.image == img.id
+    let digest = |r: &str| r.rsplit_once('@').map(|(_, d)| d.to_string());
+    o.image_ref == img.id
+        || o.image == img.id
+        || digest(&o.image_ref)
+            .is_some_and(|d| img.repo_digests.iter().any(|r| digest(r).as_ref() == Some(&d)))
 }
 
 /// Is the update finished: every updated container running its new image, started and ready?
@@ -335,6 +341,30 @@ mod tests {
         assert!(digest_matches("localhost:5099/web@sha256:aa", &p));
         assert!(!digest_matches("localhost:5099/web@sha256:bb", &p));
         assert!(digest_matches("localhost:5099/web:v2", &p));
+    }
+
+    #[test]
+    fn the_running_image_is_known_by_id_or_digest_under_any_repository() {
+        let img = PulledImage {
+            id: "sha256:c0".into(),
+            repo_digests: vec!["localhost:5099/web@sha256:d2".into(), "mirror.io/web@sha256:d2".into()],
+        };
+        // (image, image_ref the runtime reports, runs the pulled image)
+        let cases = [
+            ("localhost:5099/web:v2", "localhost:5099/web@sha256:d2", true),
+            ("localhost:5099/web:v2", "sha256:c0", true),
+            ("sha256:c0", "", true),
+            // The same image under a name pulled after ours: the first name sorts first.
+            ("localhost:5099/alias:latest", "localhost:5099/alias@sha256:d2", true),
+            ("localhost:5099/web:v2", "localhost:5099/web@sha256:d1", false),
+            ("localhost:5099/web:v1", "sha256:c1", false),
+            ("localhost:5099/web:v2", "", false),
+            ("localhost:5099/web:v2", "sha256:d2", false),
+        ];
+        for (image, image_ref, want) in cases {
+            let o = ObservedContainer { image_ref: image_ref.into(), ..running("web", image) };
+            assert_eq!(runs_image(&o, &img), want, "{image} / {image_ref}");
+        }
     }
 
     fn cond(status: &str, reason: &str) -> PodCondition {
