@@ -1095,3 +1095,92 @@ spec:
     .await;
     assert_eq!(read(&quota_file), Some(100_000), "cpu quota after");
 }
+
+/// When the API server received each request of `user` from `since` on, from its audit log
+/// (and its one backup): (time, resource, verb), in order, once per request.
+fn audit_of(node: &Node, user: &str, since: jiff::Timestamp) -> Vec<(jiff::Timestamp, String, String)> {
+    let log = node.cluster.get("CRILET_CLUSTER_AUDIT_LOG");
+    let backups = std::fs::read_dir(std::path::Path::new(&log).parent().expect("the audit log's directory"))
+        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).collect::<Vec<_>>())
+        .unwrap_or_default();
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    for file in backups.iter().filter(|p| p.to_string_lossy().starts_with(&log[..log.len() - 4])) {
+        for line in std::fs::read_to_string(file).unwrap_or_default().lines() {
+            let Ok(ev) = serde_json::from_str::<Value>(line) else { continue };
+            let at = ev["requestReceivedTimestamp"].as_str().and_then(|t| t.parse::<jiff::Timestamp>().ok());
+            let (Some(at), Some(id)) = (at, ev["auditID"].as_str()) else { continue };
+            if ev["user"]["username"] != user || at < since || !seen.insert(id.to_string()) {
+                continue;
+            }
+            let resource = ev["objectRef"]["resource"].as_str().unwrap_or("").to_string();
+            out.push((at, resource, ev["verb"].as_str().unwrap_or("").to_string()));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The most requests that went in any stretch of `times` beyond what `qps` a second after a
+/// bucket of `burst` allows (positive: the limit was broken).
+fn most_over_limit(times: &[jiff::Timestamp], qps: f64, burst: f64) -> f64 {
+    let mut worst = f64::MIN;
+    for (i, a) in times.iter().enumerate() {
+        for (j, b) in times.iter().enumerate().skip(i) {
+            let secs = b.duration_since(*a).as_secs_f64();
+            worst = worst.max((j - i + 1) as f64 - (burst + qps * secs));
+        }
+    }
+    worst
+}
+
+#[tokio::test]
+async fn api_requests_and_events_keep_to_their_rate_limits() {
+    // 2 requests a second one at a time for pods, statuses and mirror pods; 1 Event a second.
+    let node = Node::start(
+        "throttle",
+        10277,
+        &["--kube-api-qps", "2", "--kube-api-burst", "1", "--event-qps", "1", "--event-burst", "1"],
+    )
+    .await;
+    node.wait_ready().await;
+    let since = jiff::Timestamp::now();
+    // Four static pods at once: four mirror pods, their statuses and a dozen Events, which
+    // without the limits reach the API server within a few milliseconds of each other.
+    for i in 0..4 {
+        node.agent.write_manifest(
+            &format!("static-{i}.yaml"),
+            &format!(
+                "apiVersion: v1\nkind: Pod\nmetadata: {{name: static-{i}, namespace: {}}}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: ${{CRILET_IMAGE_BUSYBOX}}\n    command: [sleep, '3600']\n",
+                node.namespace
+            ),
+        );
+    }
+    for i in 0..4 {
+        node.wait_pod(&format!("static-{i}"), "mirror pod Running", Duration::from_secs(90), |p| {
+            phase(p) == "Running"
+        })
+        .await;
+    }
+    let events = |n: &Node| n.kubectl(&["get", "events", "-o", "name"]).1.lines().count();
+    wait_for("the 12 Events (Pulled, Created, Started per pod)", Duration::from_secs(60), || async {
+        (events(&node) >= 12).then_some(())
+    })
+    .await;
+
+    let user = format!("system:node:{}", node.name);
+    let requests = audit_of(&node, &user, since);
+    let at = |pick: &dyn Fn(&str) -> bool| -> Vec<jiff::Timestamp> {
+        requests.iter().filter(|(_, r, _)| pick(r)).map(|(t, _, _)| *t).collect()
+    };
+    // The Node's own requests are left out: its status and Lease (the heartbeat) are unlimited.
+    let api = at(&|r| r != "events" && r != "nodes" && r != "leases");
+    let sent_events = at(&|r| r == "events");
+    assert!(api.len() >= 8, "mirror creates and status patches of 4 pods: only {} requests", api.len());
+    assert!(sent_events.len() >= 12, "12 Events: the audit log shows {}", sent_events.len());
+    // One request of slack: a request sent on time may reach the API server late, the next not.
+    let over = most_over_limit(&api, 2.0, 1.0);
+    assert!(over <= 1.0, "pod requests beyond 2/s (burst 1) by {over}: {requests:#?}");
+    let over = most_over_limit(&sent_events, 1.0, 1.0);
+    assert!(over <= 1.0, "Events beyond 1/s (burst 1) by {over}: {requests:#?}");
+}
