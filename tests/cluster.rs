@@ -1099,13 +1099,16 @@ spec:
 /// When the API server received each request of `user` from `since` on, from its audit log
 /// (and its one backup): (time, resource, verb), in order, once per request.
 fn audit_of(node: &Node, user: &str, since: jiff::Timestamp) -> Vec<(jiff::Timestamp, String, String)> {
-    let log = node.cluster.get("CRILET_CLUSTER_AUDIT_LOG");
-    let backups = std::fs::read_dir(std::path::Path::new(&log).parent().expect("the audit log's directory"))
+    let log = std::path::PathBuf::from(node.cluster.get("CRILET_CLUSTER_AUDIT_LOG"));
+    // The backup is the log's name with a timestamp before the extension.
+    let stem = log.file_stem().expect("the audit log's name").to_string_lossy().into_owned();
+    let files = std::fs::read_dir(log.parent().expect("the audit log's directory"))
         .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).collect::<Vec<_>>())
         .unwrap_or_default();
     let mut seen = std::collections::HashSet::new();
     let mut out = Vec::new();
-    for file in backups.iter().filter(|p| p.to_string_lossy().starts_with(&log[..log.len() - 4])) {
+    for file in files.iter().filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with(&stem)))
+    {
         for line in std::fs::read_to_string(file).unwrap_or_default().lines() {
             let Ok(ev) = serde_json::from_str::<Value>(line) else { continue };
             let at = ev["requestReceivedTimestamp"].as_str().and_then(|t| t.parse::<jiff::Timestamp>().ok());

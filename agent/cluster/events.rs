@@ -109,7 +109,11 @@ impl Held {
                 out.extend(events.drain(..).map(|e| (uid.clone(), e)));
                 false
             }
-            None => now.duration_since(*since) < HOLD,
+            None if now.duration_since(*since) < HOLD => true,
+            None => {
+                debug!(pod = %key, dropped = events.len(), "the pod's object never came; its events are dropped");
+                false
+            }
         });
         out
     }

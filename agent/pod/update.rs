@@ -172,11 +172,17 @@ pub fn held(
 /// image by the first of its names, so a second name for the same image (another pod pulling it
 /// from elsewhere, a retag) changes the repository in `image_ref` but not the content.
 fn runs_image(o: &ObservedContainer, img: &PulledImage) -> bool {
-    let digest = |r: &str| r.rsplit_once('@').map(|(_, d)| d.to_string());
-    o.image_ref == img.id
-        || o.image == img.id
-        || digest(&o.image_ref)
-            .is_some_and(|d| img.repo_digests.iter().any(|r| digest(r).as_ref() == Some(&d)))
+    o.image_ref == img.id || o.image == img.id || digest(&o.image_ref).is_some_and(|d| carries(img, d))
+}
+
+/// The digest of a `repo@sha256:…` reference.
+fn digest(reference: &str) -> Option<&str> {
+    reference.rsplit_once('@').map(|(_, d)| d)
+}
+
+/// One of the pulled image's repo digests is `digest`, under whichever repository.
+fn carries(img: &PulledImage, digest_wanted: &str) -> bool {
+    img.repo_digests.iter().any(|r| digest(r) == Some(digest_wanted))
 }
 
 /// Is the update finished: every updated container running its new image, started and ready?
@@ -218,10 +224,7 @@ pub fn floating_tag(image: &str) -> bool {
 
 /// For `repo@sha256:…` images: the pulled image must carry that digest.
 pub fn digest_matches(image: &str, pulled: &PulledImage) -> bool {
-    match image.split_once('@') {
-        Some((_, digest)) => pulled.id == digest || pulled.repo_digests.iter().any(|d| d.ends_with(digest)),
-        None => true,
-    }
+    digest(image).is_none_or(|d| pulled.id == d || carries(pulled, d))
 }
 
 #[cfg(test)]
