@@ -1,13 +1,13 @@
 //! What every pod worker shares: the CRI client, node settings, the registry (status + events),
 //! the node-wide image pull back-off and the pull lock (pulls are serialized, R11.3).
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::Mutex as AsyncMutex;
 
 use crate::backoff::Backoff;
 use crate::cri::CriClient;
+use crate::ledger::Ledger;
 use crate::model::PodKey;
 use crate::node::NodeConfig;
 use crate::registry::Registry;
@@ -27,16 +27,15 @@ pub struct PodContext {
     pub volumes: Option<Arc<VolumeManager>>,
     /// The pod UIDs the runtime may hold anything of (kept by the PLEG's relist).
     pub runtime_uids: crate::pleg::RuntimeUids,
-    /// The cpu (millicores) and memory requests of every active pod at its allocation, by UID:
-    /// what a resize must fit beside (KEP-1287).
-    requests: Mutex<BTreeMap<String, (i64, i64)>>,
+    /// What every active pod holds, shared with admission: what a resize must fit beside.
+    pub ledger: Ledger,
 }
 
 pub type Shared = Arc<PodContext>;
 
 impl PodContext {
-    pub fn new(cri: CriClient, node: NodeConfig, registry: Registry) -> Shared {
-        Arc::new(Self::unshared(cri, node, registry))
+    pub fn new(cri: CriClient, node: NodeConfig, registry: Registry, ledger: Ledger) -> Shared {
+        Arc::new(Self::unshared(cri, node, registry, ledger))
     }
 
     /// Cluster mode: [`Self::new`] with API-backed volumes and env from `volumes`.
@@ -44,12 +43,13 @@ impl PodContext {
         cri: CriClient,
         node: NodeConfig,
         registry: Registry,
+        ledger: Ledger,
         volumes: Arc<VolumeManager>,
     ) -> Shared {
-        Arc::new(Self { volumes: Some(volumes), ..Self::unshared(cri, node, registry) })
+        Arc::new(Self { volumes: Some(volumes), ..Self::unshared(cri, node, registry, ledger) })
     }
 
-    fn unshared(cri: CriClient, node: NodeConfig, registry: Registry) -> Self {
+    fn unshared(cri: CriClient, node: NodeConfig, registry: Registry, ledger: Ledger) -> Self {
         Self {
             cri,
             node,
@@ -59,7 +59,7 @@ impl PodContext {
             started: std::time::Instant::now(),
             volumes: None,
             runtime_uids: Default::default(),
-            requests: Mutex::new(BTreeMap::new()),
+            ledger,
         }
     }
 
@@ -71,21 +71,6 @@ impl PodContext {
         } else {
             Ok(crate::model::ObservedPod { uid: uid.to_string(), ..Default::default() })
         }
-    }
-
-    /// Records (or, with `None`, forgets) a pod's requests at its allocation.
-    pub fn set_requests(&self, uid: &str, requests: Option<(i64, i64)>) {
-        let Ok(mut all) = self.requests.lock() else { return };
-        match requests {
-            Some(r) => all.insert(uid.to_string(), r),
-            None => all.remove(uid),
-        };
-    }
-
-    /// The summed requests of every active pod but `uid`.
-    pub fn requests_of_others(&self, uid: &str) -> (i64, i64) {
-        let Ok(all) = self.requests.lock() else { return (0, 0) };
-        all.iter().filter(|(u, _)| *u != uid).fold((0, 0), |(c, m), (_, r)| (c + r.0, m + r.1))
     }
 
     pub fn normal(&self, pod: &PodKey, container: Option<&str>, reason: &str, message: String) {

@@ -6,17 +6,23 @@ pub mod cluster;
 pub mod context;
 pub mod cri;
 pub mod expand;
+#[cfg(test)]
+pub(crate) mod fixtures;
 pub mod health;
 pub mod kubelet_api;
+pub mod ledger;
 pub mod logrotate;
+pub mod logs;
 pub mod metrics;
 pub mod model;
 pub mod node;
 pub mod pleg;
 pub mod pod;
+pub mod podspec;
 pub mod ports;
 pub mod probe;
 pub mod profile;
+pub mod quantity;
 pub mod registry;
 pub mod source;
 pub mod status;
@@ -27,6 +33,14 @@ pub mod volumes;
 pub mod proto {
     //! The generated control API (`proto/crilet/v1`).
     tonic::include_proto!("crilet.v1");
+}
+
+/// The CRI v1 API (package `runtime.v1`) generated from `proto/cri/runtime/v1/api.proto`, the
+/// cri-api v0.36.3 proto (`hack/update-cri-proto.sh`): messages, clients and servers. The CRI
+/// client (`cri`, as `cri::api`) speaks it; observed state (`model`) carries its resources.
+#[allow(clippy::all, missing_docs)]
+pub mod cri_proto {
+    tonic::include_proto!("runtime.v1");
 }
 
 pub mod http_get;

@@ -380,7 +380,8 @@ async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
     };
     let cri = CriClient::new(&s.runtime_endpoint, &s.image_endpoint)
         .context("configuring the CRI client")?
-        .with_status_cache();
+        .with_status_cache()
+        .with_observer(crilet::metrics::get());
     service.starting("waiting for the runtime");
     let Some(runtime) = wait_for_runtime(&cri, &s.runtime_endpoint, &cancel).await else { return Ok(()) };
 
@@ -394,6 +395,8 @@ async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
         host_ip: s.node_ip.clone().or_else(host_ip),
         host_dns,
     };
+    // What the node's pods hold: admission and resizes count from the same ledger.
+    let ledger = crilet::ledger::Ledger::default();
     let ctx = match (&link, &s.cluster) {
         (Some(link), Some(c)) => {
             let objects = std::sync::Arc::new(crilet::volumes::KubeObjects::new(link.client.clone()));
@@ -403,9 +406,15 @@ async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
                 crilet::cluster::allocatable(&c.config),
                 c.sync_frequency,
             );
-            PodContext::new_with_volumes(cri.clone(), node, registry.clone(), std::sync::Arc::new(volumes))
+            PodContext::new_with_volumes(
+                cri.clone(),
+                node,
+                registry.clone(),
+                ledger.clone(),
+                std::sync::Arc::new(volumes),
+            )
         }
-        _ => PodContext::new(cri.clone(), node, registry.clone()),
+        _ => PodContext::new(cri.clone(), node, registry.clone(), ledger.clone()),
     };
     let ctx_volumes = ctx.volumes.clone();
     let pleg_state = std::sync::Arc::new(pleg::PlegState::default());
@@ -474,6 +483,7 @@ async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
                 format!("{}://{}", runtime.name, runtime.version),
                 runtime_uids,
                 registry.clone(),
+                ledger.clone(),
                 manifests,
                 cancel.clone(),
             );

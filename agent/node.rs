@@ -1,9 +1,9 @@
 //! The node-level settings every part of the agent shares, and the per-pod paths derived from
 //! them (below both the pod workers and the probes).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use crate::model::DesiredPod;
+use crate::model::{DesiredPod, PodKey};
 
 /// Node-level settings the configs depend on.
 #[derive(Debug, Clone)]
@@ -83,4 +83,48 @@ pub fn allocatable() -> (i64, i64) {
         let memory = memory_total().saturating_sub(EVICTION_MEMORY);
         (i64::try_from(cpus).unwrap_or(1) * 1000, i64::try_from(memory).unwrap_or(i64::MAX))
     })
+}
+
+/// R1.13: the legacy symlink of one container instance (name cut to 251 bytes before `.log`).
+pub fn legacy_log_symlink(node: &NodeConfig, pod: &PodKey, container: &str, id: &str) -> Option<PathBuf> {
+    let dir = node.container_logs_dir.as_ref()?;
+    let mut name = format!("{}_{}_{}-{}", pod.name, pod.namespace, container, id);
+    while name.len() > 251 {
+        name.pop();
+    }
+    Some(dir.join(format!("{name}.log")))
+}
+
+/// R1.9: the log path relative to the pod log directory.
+pub fn container_log_path(name: &str, restart_count: u32) -> String {
+    format!("{name}/{restart_count}.log")
+}
+
+/// R1.14: the restart count from the log directory when no instance exists in the runtime.
+pub fn restart_count_from_logs(dir: &Path) -> Option<u32> {
+    let entries = std::fs::read_dir(dir).ok()?;
+    entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().to_string();
+            let (n, rest) = name.split_once(".log")?;
+            (rest.is_empty() || rest.starts_with('.')).then(|| n.parse::<u32>().ok()).flatten()
+        })
+        .max()
+        .map(|n| n + 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restart_count_from_log_dir() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        assert_eq!(restart_count_from_logs(dir.path()), None);
+        for f in ["0.log", "3.log.20240101-000000", "2.log", "x.log"] {
+            std::fs::write(dir.path().join(f), "").expect("write");
+        }
+        assert_eq!(restart_count_from_logs(dir.path()), Some(4));
+    }
 }

@@ -131,7 +131,7 @@ pub fn status_steps(
         let old = before.iter().find(|p| p.name == st.name);
         let id = st.container_id.as_deref().map(bare).unwrap_or_default().to_string();
         let same = old.is_some_and(|o| o.container_id == st.container_id);
-        let regular_init = inits.iter().any(|c| c.name == st.name && !crate::status::is_sidecar(c));
+        let regular_init = inits.iter().any(|c| c.name == st.name && !crate::podspec::is_sidecar(c));
         let container = spec
             .into_iter()
             .flat_map(|s| s.containers.iter().chain(s.init_containers.iter().flatten()))

@@ -193,7 +193,7 @@ async fn raw_setup(ctx: &Ctx) -> Raw {
         key: PodKey::new(RAW_NS, NAME),
         uid: uid.clone(),
         pod: Arc::new(pod),
-        file: PathBuf::from("/nonexistent"),
+        source: crilet::model::PodSource::File("/nonexistent".into()),
         doc: 0,
         warnings: vec![],
     };

@@ -174,7 +174,7 @@ async fn raw_once(ctx: &Ctx, node: &NodeConfig, name: &str, events: &mut Option<
         key: PodKey::new(RAW_NS, name),
         uid: format!("{RAW_NS}-{}", uuid::Uuid::new_v4()),
         pod: Arc::new(pod),
-        file: PathBuf::from("/nonexistent"),
+        source: crilet::model::PodSource::File("/nonexistent".into()),
         doc: 0,
         warnings: vec![],
     };

@@ -199,11 +199,12 @@ spec:
     .await;
     let cri = node.agent.env.cri();
     let (sandboxes, _) = cri.list_all(Some((crilet::model::keys::MANAGED_BY, "crilet"))).await.expect("list");
-    let prefix = crilet::cluster::pods::api_source_of(&node.name);
     let ours = sandboxes
         .iter()
         .filter(|s| {
-            s.annotations.get(crilet::model::keys::MANIFEST_FILE).is_some_and(|f| f.starts_with(&prefix))
+            s.annotations.get(crilet::model::keys::MANIFEST_FILE).is_some_and(|f| {
+                matches!(crilet::model::PodSource::parse(f), crilet::model::PodSource::Api { node: n } if n == node.name)
+            })
         })
         .count();
     assert_eq!(ours, 0, "no sandbox of the node is left");

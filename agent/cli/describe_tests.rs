@@ -3,7 +3,7 @@ use serde_json::json;
 
 use super::*;
 use crate::cli::describe_containers::describe_probe;
-use crate::cli::fixtures::{ago, now, pod, running, with_last_exit};
+use crate::fixtures::{ago, now, pod, running, with_last_exit};
 use crate::proto;
 
 fn event(secs_ago: i64, kind: &str, reason: &str, count: u32, message: &str) -> EventView {

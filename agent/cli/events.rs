@@ -162,7 +162,7 @@ fn write_out(text: &str) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::fixtures::{ago, now};
+    use crate::fixtures::{ago, now};
 
     fn ev(object: &str, secs_ago: i64, count: u32, reason: &str, message: &str) -> EventView {
         EventView::from(&proto::Event {

@@ -17,15 +17,12 @@ pub mod preflight;
 mod tabwriter;
 pub mod validate;
 
-#[cfg(test)]
-pub(crate) mod fixtures;
-
 use std::path::PathBuf;
 
 use k8s_openapi::api::core::v1::Pod;
 use tonic::transport::Channel;
 
-pub use self::logs::LOG_DIRECTORY_ANNOTATION;
+pub use crate::logs::LOG_DIRECTORY_ANNOTATION;
 use crate::proto::control_client::ControlClient;
 use crate::proto::{GetPodRequest, GetPodResponse, PodRef};
 

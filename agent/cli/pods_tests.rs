@@ -1,7 +1,7 @@
 use serde_json::json;
 
 use super::*;
-use crate::cli::fixtures::{ago, now, pod, running, terminated, waiting, with_last_exit};
+use crate::fixtures::{ago, now, pod, running, terminated, waiting, with_last_exit};
 
 #[test]
 fn pod_row_cases() {

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use super::output::to_json;
 use super::tabwriter::{self, TABLE};
 use crate::model::DesiredPod;
-use crate::pod::plan::is_sidecar;
+use crate::podspec::is_sidecar;
 use crate::source::{self, ManifestProblem, ManifestSet, ProblemKind};
 
 /// `crilet validate PATH…`.
@@ -186,7 +186,7 @@ pub(crate) fn render_text(report: &Report) -> String {
                 p.key.name,
                 p.uid,
                 containers_cell(p),
-                source_cell(&p.file, p.doc)
+                source_cell(p.source.manifest().unwrap_or(std::path::Path::new("")), p.doc)
             ));
         }
         text.push_str(&tabwriter::align(&table, TABLE));
@@ -229,7 +229,7 @@ pub(crate) fn render_json(report: &Report) -> Value {
                 "namespace": p.key.namespace,
                 "name": p.key.name,
                 "uid": p.uid,
-                "file": p.file.display().to_string(),
+                "file": p.source_text(),
                 "document": p.doc,
                 "initContainers": names(spec.and_then(|s| s.init_containers.as_ref())),
                 "containers": names(spec.map(|s| &s.containers)),

@@ -5,9 +5,8 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Container, NodeSelectorRequirement, NodeSelectorTerm, Pod, PodSpec};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use crate::source::quantity;
+use crate::podspec::requests;
 
 /// A refusal: the pod's phase becomes Failed with this reason and message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,43 +32,6 @@ pub struct Used {
     pub pods: u32,
     pub cpu_milli: i64,
     pub memory: i64,
-}
-
-/// The pod's effective requests, as the scheduler and the kubelet count them: the larger of the
-/// app containers plus sidecars and the largest regular init container (plus the sidecars
-/// started before it), plus the pod overhead.
-pub fn requests(pod: &Pod) -> (i64, i64) {
-    let Some(spec) = pod.spec.as_ref() else { return (0, 0) };
-    let req = |c: &Container, key: &str| -> i64 {
-        let q = c.resources.as_ref().and_then(|r| r.requests.as_ref()).and_then(|m| m.get(key));
-        q.map_or(0, |q| amount(key, q))
-    };
-    let mut cpu: i64 = spec.containers.iter().map(|c| req(c, "cpu")).sum();
-    let mut mem: i64 = spec.containers.iter().map(|c| req(c, "memory")).sum();
-    let (mut side_cpu, mut side_mem, mut init_cpu, mut init_mem) = (0, 0, 0, 0);
-    for c in spec.init_containers.iter().flatten() {
-        if c.restart_policy.as_deref() == Some("Always") {
-            side_cpu += req(c, "cpu");
-            side_mem += req(c, "memory");
-        } else {
-            init_cpu = init_cpu.max(side_cpu + req(c, "cpu"));
-            init_mem = init_mem.max(side_mem + req(c, "memory"));
-        }
-    }
-    cpu = (cpu + side_cpu).max(init_cpu);
-    mem = (mem + side_mem).max(init_mem);
-    if let Some(o) = spec.overhead.as_ref() {
-        cpu += o.get("cpu").map_or(0, |q| amount("cpu", q));
-        mem += o.get("memory").map_or(0, |q| amount("memory", q));
-    }
-    (cpu, mem)
-}
-
-/// cpu in millicores, anything else in whole units (bytes).
-fn amount(key: &str, q: &Quantity) -> i64 {
-    let Some(v) = quantity::Quantity::parse(&q.0) else { return 0 };
-    let n = if key == "cpu" { v.milli_value() } else { v.value() };
-    n.and_then(|n| i64::try_from(n).ok()).unwrap_or(i64::MAX)
 }
 
 /// Admits `pod` onto a node with `room`, given what is `used`; `None` = admitted.

@@ -13,8 +13,9 @@ use tracing::{info, warn};
 
 use super::admit::{self, NodeRoom, Rejection, Used};
 use super::pods::{self, ApiPods};
+use crate::ledger::Ledger;
+use crate::model::{Deleting, ManifestSet};
 use crate::registry::Registry;
-use crate::source::{Deleting, ManifestSet};
 
 /// Conditions the node writes itself; every other condition of an API pod is a controller's
 /// (a readiness gate such as OpenKruise's `InPlaceUpdateReady`) and reaches status as external.
@@ -38,7 +39,10 @@ struct Merger {
     /// Pod UIDs the runtime had when the agent started (a finished API pod is adopted, not run
     /// again, only when its containers are still here).
     runtime_uids: BTreeSet<String>,
-    admitted: BTreeMap<String, (i64, i64)>,
+    /// The API pods admitted (and not gone from the API server since).
+    admitted: BTreeSet<String>,
+    /// What the node's pods hold, shared with the pod workers (which enter their allocation).
+    ledger: Ledger,
     rejected: Rejections,
     /// Static pod keys an API pod collided with (reported once).
     collisions: BTreeSet<String>,
@@ -57,7 +61,14 @@ impl Merger {
         let mut by_age: Vec<&Arc<Pod>> = api.pods.values().collect();
         by_age.sort_by_key(|p| p.metadata.creation_timestamp.as_ref().map(|t| t.0));
         let live: BTreeSet<&str> = api.pods.values().filter_map(|p| p.metadata.uid.as_deref()).collect();
-        self.admitted.retain(|uid, _| live.contains(uid.as_str()));
+        let ledger = &self.ledger;
+        self.admitted.retain(|uid| {
+            let keep = live.contains(uid.as_str());
+            if !keep {
+                ledger.set(uid, None);
+            }
+            keep
+        });
         self.rejected.retain(|uid, _| live.contains(uid.as_str()));
         self.desired.retain(|uid, _| live.contains(uid.as_str()));
         for pod in by_age {
@@ -86,7 +97,7 @@ impl Merger {
                 continue;
             }
             let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-            if !self.admitted.contains_key(&uid) {
+            if !self.admitted.contains(&uid) {
                 if is_terminal(phase) && !self.runtime_uids.contains(&uid) {
                     continue; // finished before this agent saw it: nothing to run
                 }
@@ -99,7 +110,8 @@ impl Merger {
                         continue;
                     }
                     None => {
-                        self.admitted.insert(uid.clone(), admit::requests(pod));
+                        self.ledger.set(&uid, Some(crate::podspec::requests(pod)));
+                        self.admitted.insert(uid.clone());
                     }
                 }
             }
@@ -127,16 +139,9 @@ impl Merger {
             .filter(|r| is_terminal(r.pod.status.as_ref().and_then(|s| s.phase.as_deref())))
             .filter_map(|r| r.pod.metadata.uid)
             .collect();
-        let mut used =
-            Used { pods: u32::try_from(files.pods.len()).unwrap_or(u32::MAX), ..Default::default() };
-        for (uid, (cpu, mem)) in &self.admitted {
-            if !finished.contains(uid) {
-                used.pods += 1;
-                used.cpu_milli += cpu;
-                used.memory += mem;
-            }
-        }
-        used
+        let api_pods = self.admitted.iter().filter(|uid| !finished.contains(*uid)).count();
+        let (cpu_milli, memory) = self.ledger.active(&finished);
+        Used { pods: u32::try_from(files.pods.len() + api_pods).unwrap_or(u32::MAX), cpu_milli, memory }
     }
 
     /// The controllers' conditions of an API pod become the pod's external conditions (its
@@ -179,6 +184,7 @@ pub async fn run(
     registry: Registry,
     room: NodeRoom,
     runtime_uids: BTreeSet<String>,
+    ledger: Ledger,
     out: watch::Sender<ManifestSet>,
     rejections: watch::Sender<Rejections>,
     cancel: CancellationToken,
@@ -187,7 +193,8 @@ pub async fn run(
         registry,
         room,
         runtime_uids,
-        admitted: BTreeMap::new(),
+        admitted: BTreeSet::new(),
+        ledger,
         rejected: BTreeMap::new(),
         collisions: BTreeSet::new(),
         desired: BTreeMap::new(),

@@ -18,8 +18,8 @@ use tracing::{debug, info, warn};
 
 use super::ClusterLink;
 use super::pods::ApiPods;
+use crate::model::ManifestSet;
 use crate::model::{DesiredPod, PodKey, keys};
-use crate::source::ManifestSet;
 
 /// The annotation that marks a mirror pod; its value is the static pod's config hash (UID).
 pub const MIRROR: &str = "kubernetes.io/config.mirror";
@@ -174,7 +174,7 @@ mod tests {
             key: PodKey::new("default", name),
             uid: uid.into(),
             pod: Arc::new(pod),
-            file: "/m/a.yaml".into(),
+            source: crate::model::PodSource::File("/m/a.yaml".into()),
             doc: 0,
             warnings: vec![],
         }

@@ -31,9 +31,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::cri::CriClient;
+use crate::model::ManifestSet;
 use crate::model::PodKey;
 use crate::registry::Registry;
-use crate::source::ManifestSet;
 
 /// The kubelet version crilet follows, as the Node's `nodeInfo.kubeletVersion` shows it.
 pub const KUBELET_VERSION: &str = "v1.36.3";
@@ -153,6 +153,7 @@ pub fn start(
     runtime_version: String,
     runtime_uids: BTreeSet<String>,
     registry: Registry,
+    ledger: crate::ledger::Ledger,
     files: watch::Receiver<ManifestSet>,
     cancel: CancellationToken,
 ) -> (watch::Receiver<ManifestSet>, mpsc::UnboundedSender<(PodKey, String)>) {
@@ -203,7 +204,7 @@ pub fn start(
     let milli = |k: &str| {
         alloc
             .get(k)
-            .and_then(|q| crate::source::quantity::Quantity::parse(&q.0))
+            .and_then(|q| crate::quantity::Quantity::parse(&q.0))
             .and_then(|q| if k == "cpu" { q.milli_value() } else { q.value() })
             .and_then(|v| i64::try_from(v).ok())
             .unwrap_or(0)
@@ -225,6 +226,7 @@ pub fn start(
         registry.clone(),
         room,
         runtime_uids,
+        ledger,
         set_tx,
         rej_tx,
         cancel.clone(),
@@ -256,13 +258,8 @@ async fn refresh_volumes(
             _ = cancel.cancelled() => return,
             _ = tick.tick() => {}
         }
-        let pods: Vec<crate::model::DesiredPod> = set
-            .borrow()
-            .pods
-            .values()
-            .filter(|d| pods::is_api_source(&d.file.to_string_lossy()))
-            .cloned()
-            .collect();
+        let pods: Vec<crate::model::DesiredPod> =
+            set.borrow().pods.values().filter(|d| d.source.is_api()).cloned().collect();
         let now: BTreeSet<String> = pods.iter().map(|d| d.uid.clone()).collect();
         for gone in known.difference(&now) {
             volumes.forget(gone);

@@ -2,7 +2,6 @@
 //! [`DesiredPod`]s for the same supervisor that runs static pods.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -15,23 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::ClusterLink;
-use crate::model::{DesiredPod, PodKey};
-
-/// The `file` of an API pod's [`DesiredPod`] (and its sandbox's manifest-file annotation) is
-/// `api:<node>/<namespace>/<name>`. Never a path under the manifest directory, so the file
-/// source never reaps API pods and the API source never reaps static ones; the node name keeps
-/// two agents on one runtime (tests) from reaping each other's pods.
-pub const API_SOURCE: &str = "api:";
-
-/// Is this `file` (of a DesiredPod, a sandbox annotation, a published record) an API pod's?
-pub fn is_api_source(file: &str) -> bool {
-    file.starts_with(API_SOURCE)
-}
-
-/// The `file` prefix of node `node`'s API pods.
-pub fn api_source_of(node: &str) -> String {
-    format!("{API_SOURCE}{node}/")
-}
+use crate::model::{DesiredPod, PodKey, PodSource};
 
 /// The pods bound to this node, as the API server last showed them (deleting ones included).
 #[derive(Debug, Clone, Default)]
@@ -63,7 +46,7 @@ pub fn desired(pod: &Pod, node: &str) -> DesiredPod {
     p.metadata.namespace = Some(key.namespace.clone());
     let uid = p.metadata.uid.clone().unwrap_or_default();
     DesiredPod {
-        file: PathBuf::from(format!("{}{}/{}", api_source_of(node), key.namespace, key.name)),
+        source: PodSource::Api { node: node.to_string() },
         key,
         uid,
         pod: Arc::new(p),

@@ -16,7 +16,7 @@ use tracing::{debug, warn};
 
 use super::ClusterLink;
 use super::merge::{NODE_OWNED, Rejections};
-use super::pods::{ApiPods, is_api_source};
+use super::pods::ApiPods;
 use crate::model::PodKey;
 use crate::registry::{PodRecord, Registry};
 
@@ -129,7 +129,7 @@ struct Derived {
 fn derive(record: &PodRecord, in_api: &Pod, before: Option<&Want>) -> Option<Want> {
     let status = record.pod.status.as_ref()?;
     let uid = record.pod.metadata.uid.clone().unwrap_or_default();
-    let api_pod = is_api_source(&record.manifest_file);
+    let api_pod = crate::model::PodSource::parse(&record.manifest_file).is_api();
     let target = if api_pod {
         (in_api.metadata.uid.as_deref() == Some(uid.as_str())).then(|| uid.clone())
     } else {
@@ -382,7 +382,7 @@ mod tests {
             pod
         };
         let static_pod = record("content-1", "/etc/kubernetes/manifests/web.yaml");
-        let api_pod = record("api-1", &format!("{}n1/default/web", crate::cluster::pods::API_SOURCE));
+        let api_pod = record("api-1", &format!("{}n1/default/web", crate::model::PodSource::API_PREFIX));
 
         let first = derive(&static_pod, &in_api("mirror-1", Some("content-1"), "10", 1), None).unwrap();
         assert_eq!(first.target, "mirror-1");

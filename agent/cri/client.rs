@@ -55,6 +55,14 @@ pub struct CriClient {
     /// agent's own client has one (`with_status_cache`), so that a test's or a tool's client
     /// reads every status.
     statuses: Option<Arc<StatusCache>>,
+    /// Told of every call (the agent's metrics; `with_observer`). A tool's client has none.
+    observer: Option<&'static dyn CallObserver>,
+}
+
+/// Told the outcome and duration of every CRI call: how the agent's metrics learn of them
+/// without the client knowing the metrics.
+pub trait CallObserver: Send + Sync {
+    fn call_finished(&self, op: &'static str, took: Duration, failed: bool);
 }
 
 fn socket_path(endpoint: &str) -> Result<PathBuf, CriError> {
@@ -117,7 +125,14 @@ impl CriClient {
             RuntimeServiceClient::new(runtime_channel.clone()).max_decoding_message_size(MAX_MESSAGE);
         let images =
             ImageServiceClient::new(lazy_channel(image_endpoint)?).max_decoding_message_size(MAX_MESSAGE);
-        Ok(Self { endpoint: runtime_endpoint.to_string(), runtime, runtime_channel, images, statuses: None })
+        Ok(Self {
+            endpoint: runtime_endpoint.to_string(),
+            runtime,
+            runtime_channel,
+            images,
+            statuses: None,
+            observer: None,
+        })
     }
 
     /// This client, reusing each pod's statuses while its lists show the same objects in the same
@@ -125,6 +140,18 @@ impl CriClient {
     pub fn with_status_cache(mut self) -> Self {
         self.statuses = Some(Arc::default());
         self
+    }
+
+    /// This client, telling `observer` of every call.
+    pub fn with_observer(mut self, observer: &'static dyn CallObserver) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+
+    fn record_call(&self, op: &'static str, started: std::time::Instant, failed: bool) {
+        if let Some(o) = self.observer {
+            o.call_finished(op, started.elapsed(), failed);
+        }
     }
 
     async fn call<T, F>(
@@ -153,7 +180,7 @@ impl CriClient {
             Ok(Ok(resp)) => Ok(resp.into_inner()),
         };
         // Every unary CRI call passes here: kubelet_runtime_operations_* by method.
-        crate::metrics::get().runtime_operation(op, started.elapsed(), result.is_err());
+        self.record_call(op, started, result.is_err());
         result
     }
 
@@ -592,7 +619,7 @@ impl CriClient {
         let started = std::time::Instant::now();
         let r = c.get_container_events(api::GetEventsRequest {}).await;
         // A stream has no deadline, so it skips `call`; its opening is measured here.
-        crate::metrics::get().runtime_operation("GetContainerEvents", started.elapsed(), r.is_err());
+        self.record_call("GetContainerEvents", started, r.is_err());
         r.map(tonic::Response::into_inner)
             .map_err(|s| CriError::from_status("GetContainerEvents", &self.endpoint, s))
     }

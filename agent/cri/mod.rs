@@ -11,15 +11,11 @@ pub mod signal;
 mod status_cache;
 
 pub use brief::{Brief, RuntimeBrief};
-pub use client::{CriClient, RuntimeInfo, StreamingRequest};
+pub use client::{CallObserver, CriClient, RuntimeInfo, StreamingRequest};
 pub use convert::{container_from_status, sandbox_from_status};
 
-/// The CRI v1 API (package `runtime.v1`) generated from `proto/cri/runtime/v1/api.proto`, the
-/// cri-api v0.36.3 proto (`hack/update-cri-proto.sh`): messages, clients and servers.
-#[allow(clippy::all, missing_docs)]
-pub mod api {
-    tonic::include_proto!("runtime.v1");
-}
+/// The CRI v1 API's generated types (vocabulary, in `crate::cri_proto`).
+pub use crate::cri_proto as api;
 
 /// An error from one CRI call, naming the call and its target.
 #[derive(Debug, thiserror::Error)]

@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-use crate::cli::logs::{
+use crate::logs::{
     Follower, LogFile, RecordSink, container_status, log_directory, log_files, parse_cri_line,
     select_log_file,
 };

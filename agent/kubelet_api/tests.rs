@@ -31,8 +31,8 @@ use super::auth::{
 use super::logs::{LogFilter, LogOptions, OpenError, QueryError, fixed_nanos, open, parse_query};
 use super::routes::KubeletApi;
 use super::tls::{BindError, certificate_user, server_config};
-use crate::cli::fixtures::{pod, running, waiting, with_last_exit};
-use crate::cli::logs::RecordSink;
+use crate::fixtures::{pod, running, waiting, with_last_exit};
+use crate::logs::RecordSink;
 use crate::model::PodKey;
 use crate::model::keys::LOG_DIRECTORY;
 use crate::registry::{PodRecord, Registry};

@@ -22,7 +22,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::cri::CriClient;
 use crate::model::keys;
-use crate::source::quantity::Quantity;
+use crate::quantity::Quantity;
 
 /// Containers checked at once. Rotation is mostly disk-bound (compression of one file per
 /// rotation), so a few workers keep one slow container from delaying the others without
@@ -224,7 +224,7 @@ async fn running_containers(
             let laid_out = c
                 .metadata
                 .as_ref()
-                .map(|m| pod_dir.join(crate::pod::spec::container_log_path(&m.name, m.attempt)));
+                .map(|m| pod_dir.join(crate::node::container_log_path(&m.name, m.attempt)));
             Some(Candidate { id: c.id, laid_out })
         })
         .collect())

@@ -498,3 +498,11 @@ fn unix_now() -> Duration {
 fn plain_counter(out: &mut String, name: &str, help: &str, value: u64) {
     let _ = write!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}\n");
 }
+
+/// The CRI client's calls are `kubelet_runtime_operations_*` (the agent's client is given the
+/// process's metrics as its observer).
+impl crate::cri::CallObserver for Metrics {
+    fn call_finished(&self, op: &'static str, took: Duration, failed: bool) {
+        self.runtime_operation(op, took, failed);
+    }
+}

@@ -14,13 +14,13 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::model::DesiredPod;
+use crate::model::ManifestSet;
 use crate::pod::resize::resizable;
-use crate::source::ManifestSet;
 
 /// Does `new` differ from `running` only in what changes in place: the cpu/memory of resizable
 /// containers, labels, annotations and images? Both are pods as the manifest source gives them.
 pub fn in_place_edit(running: &Pod, new: &Pod) -> bool {
-    crate::source::pod_uid(&blank(running)) == crate::source::pod_uid(&blank(new))
+    crate::model::uid::pod_uid(&blank(running)) == crate::model::uid::pod_uid(&blank(new))
 }
 
 fn blank(pod: &Pod) -> Pod {

@@ -3,6 +3,9 @@ pub mod carry;
 pub mod cgroups;
 // Shared with the probes, so they live below both; re-exported for the pod modules.
 pub use crate::{backoff, context, expand};
+
+#[cfg(test)]
+mod env_tests;
 pub mod hash;
 pub mod hooks;
 pub mod metadata_env;

@@ -9,13 +9,13 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 
 use super::hash::{HASH_SCHEME_ANNOTATION, container_hash_with};
 use crate::model::{ContainerState, ObservedContainer, ObservedPod, SandboxState};
+use crate::podspec::{Kind, app_containers, init_containers, is_sidecar, restart_policy};
 use crate::status::{
-    ContainerKind, container_should_restart, restart_all_rule_matches, restart_all_triggered,
-    restart_without_exit_code, should_restart,
+    container_should_restart, restart_all_rule_matches, restart_all_triggered, restart_without_exit_code,
+    should_restart,
 };
 
 pub use crate::probe::{ProbeResult, ProbeResults};
-pub use crate::status::is_sidecar;
 
 /// Why a whole pod is killed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,18 +136,6 @@ pub fn settle_until(
         .map(|c| c.finished_at.saturating_add(KILLED_SETTLE_NS))
         .filter(|until| *until > now)
         .max()
-}
-
-fn restart_policy(pod: &Pod) -> &str {
-    pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref()).unwrap_or("Always")
-}
-
-fn init_containers(pod: &Pod) -> &[Container] {
-    pod.spec.as_ref().and_then(|s| s.init_containers.as_deref()).unwrap_or(&[])
-}
-
-fn app_containers(pod: &Pod) -> &[Container] {
-    pod.spec.as_ref().map(|s| s.containers.as_slice()).unwrap_or(&[])
 }
 
 fn host_network(pod: &Pod) -> bool {
@@ -329,7 +317,7 @@ fn plan_containers(
                 }
             }
             _ => {
-                if should_restart(spec, ContainerKind::App, policy, newest, false) {
+                if should_restart(spec, Kind::App, policy, newest, false) {
                     plan.app_to_start.push(spec.name.clone());
                     if let Some(c) = newest.filter(|c| c.state == ContainerState::Unknown) {
                         plan.kills.push(ContainerKill {

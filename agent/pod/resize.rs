@@ -14,7 +14,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::cri::api;
 use crate::model::{ContainerState, ObservedPod};
-use crate::status::{is_sidecar, qos_class};
+use crate::podspec::is_sidecar;
+use crate::status::qos_class;
 
 pub const PENDING: &str = "PodResizePending";
 pub const IN_PROGRESS: &str = "PodResizeInProgress";
@@ -119,7 +120,7 @@ pub struct Amounts {
 impl Amounts {
     pub fn of(r: Option<&ResourceRequirements>) -> Self {
         let get = |m: Option<&BTreeMap<String, Quantity>>, k: &str| -> Option<i64> {
-            let q = crate::source::quantity::Quantity::parse(&m?.get(k)?.0)?;
+            let q = crate::quantity::Quantity::parse(&m?.get(k)?.0)?;
             let v = if k == "cpu" { q.milli_value() } else { q.value() };
             v.and_then(|v| i64::try_from(v).ok())
         };
@@ -207,7 +208,7 @@ pub fn decide(spec: &Pod, allocated: &Pod, room: Room, others: (i64, i64)) -> De
             "Pod QoS is immutable: the resize would change the QoS class from {from} to {to}"
         ));
     }
-    let (cpu, memory) = crate::cluster::admit::requests(spec);
+    let (cpu, memory) = crate::podspec::requests(spec);
     for (name, want, cap, used) in
         [("cpu", cpu, room.cpu_milli, others.0), ("memory", memory, room.memory, others.1)]
     {

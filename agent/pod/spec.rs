@@ -3,59 +3,23 @@
 //! the executor, which passes in the paths it prepared.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+use k8s_openapi::api::core::v1::{Container, Pod};
 
 use super::hash::{CURRENT_SCHEME, HASH_SCHEME_ANNOTATION, container_hash};
 use crate::cri::api;
 use crate::expand::expand;
 use crate::model::{DesiredPod, keys};
-pub use crate::node::{HostDns, NodeConfig, pod_dir, pod_log_dir};
+pub use crate::node::{
+    HostDns, NodeConfig, container_log_path, legacy_log_symlink, pod_dir, pod_log_dir,
+    restart_count_from_logs,
+};
 use crate::status::qos_class;
 use crate::volumes::EnvSources;
 
-/// The container's role in the pod.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    Init,
-    Sidecar,
-    App,
-    /// `spec.ephemeralContainers[i]` (cluster pods): started once, never restarted.
-    Ephemeral,
-}
-
-impl Kind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Kind::Init => "init",
-            Kind::Sidecar => "sidecar",
-            Kind::App => "app",
-            Kind::Ephemeral => "ephemeral",
-        }
-    }
-}
-
-/// The pod's ephemeral containers as containers (the fields they share; the API server allows
-/// no others), with the container each one targets (`targetContainerName`), if any.
-pub fn ephemeral_containers(pod: &Pod) -> Vec<(Container, Option<String>)> {
-    spec(pod)
-        .ephemeral_containers
-        .iter()
-        .flatten()
-        .filter_map(|ec| {
-            let mut v = serde_json::to_value(ec).ok()?;
-            let target = v.as_object_mut()?.remove("targetContainerName");
-            let c: Container = serde_json::from_value(v).ok()?;
-            Some((c, target.and_then(|t| t.as_str().map(str::to_owned))))
-        })
-        .collect()
-}
-
-fn spec(pod: &Pod) -> &PodSpec {
-    static EMPTY: std::sync::OnceLock<PodSpec> = std::sync::OnceLock::new();
-    pod.spec.as_ref().unwrap_or_else(|| EMPTY.get_or_init(PodSpec::default))
-}
+use crate::podspec::spec;
+pub use crate::podspec::{Kind, ephemeral_containers};
 
 /// Where an emptyDir volume lives (R12.3): survives container restarts and sandbox re-creation.
 pub fn empty_dir(node: &NodeConfig, uid: &str, volume: &str) -> PathBuf {
@@ -183,7 +147,7 @@ pub fn sandbox_config(node: &NodeConfig, d: &DesiredPod, attempt: u32) -> api::P
     labels.insert(keys::MANAGED_BY.into(), "crilet".into());
     let mut annotations: HashMap<String, String> =
         pod.metadata.annotations.clone().unwrap_or_default().into_iter().collect();
-    annotations.insert(keys::MANIFEST_FILE.into(), d.file.display().to_string());
+    annotations.insert(keys::MANIFEST_FILE.into(), d.source_text());
     if let Ok(json) = serde_json::to_string(pod) {
         annotations.insert(keys::POD_SPEC.into(), json);
     }
@@ -393,7 +357,7 @@ pub fn container_config_with_env(
     }
     // A static pod's container remembers the labels and annotations its env read, so an edit of
     // them restarts it in place (API pods: the kubelet never does; Kruise's daemon does).
-    if !crate::cluster::pods::is_api_source(&d.file.display().to_string()) {
+    if !d.source.is_api() {
         if let Some(h) = super::metadata_env::hash(pod, c) {
             annotations.insert(super::metadata_env::ANNOTATION.into(), h);
         }
@@ -467,45 +431,13 @@ pub fn stop_signal(c: &Container) -> Result<api::Signal, ConfigError> {
     })
 }
 
-/// R1.13: the legacy symlink of one container instance (name cut to 251 bytes before `.log`).
-pub fn legacy_log_symlink(
-    node: &NodeConfig,
-    pod: &crate::model::PodKey,
-    container: &str,
-    id: &str,
-) -> Option<PathBuf> {
-    let dir = node.container_logs_dir.as_ref()?;
-    let mut name = format!("{}_{}_{}-{}", pod.name, pod.namespace, container, id);
-    while name.len() > 251 {
-        name.pop();
-    }
-    Some(dir.join(format!("{name}.log")))
-}
-
 /// crilet's own annotation: the host file holding this instance's termination message.
 pub const TERMINATION_FILE_ANNOTATION: &str = "crilet.io/termination-message-file";
 
-/// R1.9: the log path relative to the pod log directory.
-pub fn container_log_path(name: &str, restart_count: u32) -> String {
-    format!("{name}/{restart_count}.log")
-}
-
-/// R1.14: the restart count from the log directory when no instance exists in the runtime.
-pub fn restart_count_from_logs(dir: &Path) -> Option<u32> {
-    let entries = std::fs::read_dir(dir).ok()?;
-    entries
-        .filter_map(|e| e.ok())
-        .filter_map(|e| {
-            let name = e.file_name().to_string_lossy().to_string();
-            let (n, rest) = name.split_once(".log")?;
-            (rest.is_empty() || rest.starts_with('.')).then(|| n.parse::<u32>().ok()).flatten()
-        })
-        .max()
-        .map(|n| n + 1)
-}
-
 #[cfg(test)]
 mod tests {
+    use k8s_openapi::api::core::v1::PodSpec;
+
     use super::*;
 
     #[test]
@@ -525,15 +457,5 @@ mod tests {
         assert_eq!(hostname(&pod), "h");
         pod.spec = Some(PodSpec { host_network: Some(true), ..Default::default() });
         assert_eq!(hostname(&pod), "");
-    }
-
-    #[test]
-    fn restart_count_from_log_dir() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        assert_eq!(restart_count_from_logs(dir.path()), None);
-        for f in ["0.log", "3.log.20240101-000000", "2.log", "x.log"] {
-            std::fs::write(dir.path().join(f), "").expect("write");
-        }
-        assert_eq!(restart_count_from_logs(dir.path()), Some(4));
     }
 }

@@ -17,9 +17,8 @@ use tracing::{info, warn};
 use super::carry::{Carried, in_place_edit};
 use super::context::Shared;
 use super::worker::{Desire, run_worker};
-use crate::model::{DesiredPod, PodKey, keys};
+use crate::model::{DesiredPod, ManifestSet, PodKey, PodSource, ProblemKind, keys};
 use crate::pleg::Wakers;
-use crate::source::{ManifestSet, ProblemKind};
 
 /// Removes the legacy `/var/log/containers` links that point into `log_dir`.
 fn remove_legacy_links_into(links_dir: Option<&std::path::Path>, log_dir: &std::path::Path) {
@@ -107,7 +106,7 @@ impl Supervisor {
     }
 
     fn start(&mut self, d: DesiredPod) {
-        info!(pod = %d.key, uid = %d.uid, file = %d.file.display(), "starting pod worker");
+        info!(pod = %d.key, uid = %d.uid, source = %d.source_text(), "starting pod worker");
         let key = d.key.clone();
         let uid = d.uid.clone();
         let tx = self.spawn(d.clone(), Desire::Run(d));
@@ -130,12 +129,9 @@ impl Supervisor {
         let set = &carried;
         let keys: Vec<PodKey> = self.running.keys().cloned().collect();
         for key in keys {
-            let broken = self.running.get(&key).is_some_and(|r| {
-                let file = match &*r.tx.borrow() {
-                    Desire::Run(d) => d.file.clone(),
-                    Desire::Terminate { .. } => PathBuf::new(),
-                };
-                file_broken(set, &file)
+            let broken = self.running.get(&key).is_some_and(|r| match &*r.tx.borrow() {
+                Desire::Run(d) => d.source.manifest().is_some_and(|file| file_broken(set, file)),
+                Desire::Terminate { .. } => false,
             });
             if !set.pods.contains_key(&key) && !broken {
                 self.pending.remove(&key);
@@ -253,21 +249,21 @@ impl Supervisor {
     /// Only pods whose manifest lived in `manifest_dir` are this agent's to reap, so agents with
     /// different manifest directories can share one runtime.
     pub async fn reap_orphans(&mut self, set: &ManifestSet, manifest_dir: &std::path::Path) {
-        self.reap(set, &|file: &std::path::Path| file.starts_with(manifest_dir)).await;
+        self.reap(set, &|src: &PodSource| src.manifest().is_some_and(|f| f.starts_with(manifest_dir))).await;
     }
 
     /// Cluster mode, once the API's pods are listed: terminates API pods the runtime runs that
     /// the API no longer has (deleted while the agent was down).
     pub async fn reap_api_orphans(&mut self, set: &ManifestSet) {
-        let prefix = crate::cluster::pods::api_source_of(&self.ctx.node.node_name);
-        let api = |file: &std::path::Path| file.to_string_lossy().starts_with(&prefix);
+        let me = self.ctx.node.node_name.clone();
+        let api = |src: &PodSource| matches!(src, PodSource::Api { node } if *node == me);
         self.reap(set, &api).await;
         self.api_reaped = true;
     }
 
     /// Terminates pods the runtime runs for crilet whose source (`ours`, by manifest file) no
     /// longer names them.
-    async fn reap(&mut self, set: &ManifestSet, ours: &dyn Fn(&std::path::Path) -> bool) {
+    async fn reap(&mut self, set: &ManifestSet, ours: &dyn Fn(&PodSource) -> bool) {
         let (sandboxes, containers) = match self.ctx.cri.list_all(Some((keys::MANAGED_BY, "crilet"))).await {
             Ok(v) => v,
             Err(e) => {
@@ -296,17 +292,23 @@ impl Supervisor {
                 .get(keys::POD_SPEC)
                 .and_then(|j| serde_json::from_str(j).ok())
                 .unwrap_or_default();
-            let file = sb.annotations.get(keys::MANIFEST_FILE).map(PathBuf::from).unwrap_or_default();
-            if !ours(&file) {
+            let source = PodSource::parse(sb.annotations.get(keys::MANIFEST_FILE).map_or("", String::as_str));
+            if !ours(&source) {
                 continue;
             }
-            let keep = file_broken(set, &file);
-            let d =
-                DesiredPod { key, uid: uid.clone(), pod: Arc::new(pod), file, doc: 0, warnings: Vec::new() };
+            let keep = source.manifest().is_some_and(|file| file_broken(set, file));
+            let d = DesiredPod {
+                key,
+                uid: uid.clone(),
+                pod: Arc::new(pod),
+                source,
+                doc: 0,
+                warnings: Vec::new(),
+            };
             if keep && d.pod.spec.is_some() && !self.running.contains_key(&d.key) {
                 // Its manifest is broken now: keep running what was last good, from the spec the
                 // sandbox carries, until the file is fixed or removed.
-                info!(pod = %d.key, uid = %uid, file = %d.file.display(), "manifest is broken; keeping the running pod");
+                info!(pod = %d.key, uid = %uid, source = %d.source_text(), "manifest is broken; keeping the running pod");
                 self.start(d);
                 continue;
             }
@@ -315,8 +317,8 @@ impl Supervisor {
         // Containers whose sandbox is gone already (an agent killed while removing their pod).
         for c in containers {
             let Some(uid) = c.labels.get(keys::POD_UID) else { continue };
-            let file = c.annotations.get(keys::MANIFEST_FILE).map(PathBuf::from);
-            let mine = file.as_ref().is_none_or(|f| ours(f));
+            let source = c.annotations.get(keys::MANIFEST_FILE).map(|f| PodSource::parse(f));
+            let mine = source.as_ref().is_none_or(|s| ours(s));
             if !mine
                 || wanted.contains(&uid.as_str())
                 || orphans.contains_key(uid)
@@ -333,7 +335,7 @@ impl Supervisor {
                 key,
                 uid: uid.clone(),
                 pod: Arc::new(Pod::default()),
-                file: file.unwrap_or_default(),
+                source: source.unwrap_or_else(|| PodSource::File(PathBuf::new())),
                 doc: 0,
                 warnings: Vec::new(),
             };
@@ -448,5 +450,5 @@ fn file_broken(set: &ManifestSet, file: &std::path::Path) -> bool {
 }
 
 fn is_api(d: &DesiredPod) -> bool {
-    crate::cluster::pods::is_api_source(&d.file.display().to_string())
+    d.source.is_api()
 }

@@ -15,8 +15,8 @@ use tokio::time::Instant;
 
 use super::context::Shared;
 use super::hooks::run_handler;
-use super::plan::is_sidecar;
 use crate::model::{ContainerState, DesiredPod, ObservedContainer, ObservedPod, PodKey, keys};
+use crate::podspec::is_sidecar;
 use crate::timeline::{Step, StepKind, budget_used, stopped_detail};
 
 /// R5.6: for each running container, the running containers it must outlive. Empty unless the

@@ -12,8 +12,9 @@ use k8s_openapi::api::core::v1::{Container, Pod, PodCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::{Deserialize, Serialize};
 
-use super::plan::{ProbeResult, ProbeResults, container_changed, is_sidecar};
+use super::plan::{ProbeResult, ProbeResults, container_changed};
 use crate::model::{ContainerState, ObservedContainer, ObservedPod, ProbeState};
+use crate::podspec::is_sidecar;
 
 /// The condition crilet owns for in-place updates.
 pub const CONDITION: &str = "InPlaceUpdateReady";

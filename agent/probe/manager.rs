@@ -57,7 +57,7 @@ fn probed_containers(pod: &Pod) -> Vec<&Container> {
     s.init_containers
         .iter()
         .flatten()
-        .filter(|c| crate::status::is_sidecar(c))
+        .filter(|c| crate::podspec::is_sidecar(c))
         .chain(s.containers.iter())
         .collect()
 }

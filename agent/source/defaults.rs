@@ -7,6 +7,8 @@ use k8s_openapi::api::core::v1::{
     Container, EmptyDirVolumeSource, HTTPGetAction, LifecycleHandler, Pod, PodSpec, Probe, Volume,
 };
 
+use crate::model::uid::default_pull_policy;
+
 /// The namespace of a pod whose manifest names none.
 pub(super) const DEFAULT_NAMESPACE: &str = "default";
 /// `terminationGracePeriodSeconds` when unset (R12.9).
@@ -69,21 +71,6 @@ fn container_defaults(c: &mut Container, host_network: bool) {
                 requests.entry(name.clone()).or_insert_with(|| limit.clone());
             }
         }
-    }
-}
-
-/// R11.1: `Always` for `:latest` or an image with neither tag nor digest, else `IfNotPresent`.
-pub(super) fn default_pull_policy(image: &str) -> &'static str {
-    let (name, digest) = match image.split_once('@') {
-        Some((name, digest)) => (name, Some(digest)),
-        None => (image, None),
-    };
-    // A tag follows the last ':' after the last '/', so a registry port is not a tag.
-    let last_part = name.rsplit('/').next().unwrap_or(name);
-    let tag = last_part.split_once(':').map(|(_, tag)| tag);
-    match (tag, digest) {
-        (Some("latest"), _) | (None, None) => "Always",
-        _ => "IfNotPresent",
     }
 }
 

@@ -161,8 +161,9 @@ fn assemble(outcomes: BTreeMap<PathBuf, Parsed>, previous: &ManifestSet) -> Mani
     let mut problems = Vec::new();
     for (file, (pods, file_problems)) in outcomes {
         if file_problems.iter().any(|p| p.kind == ProblemKind::Error) {
-            let kept =
-                previous.pods.values().filter(|p| p.file == file && !pods.iter().any(|n| n.key == p.key));
+            let kept = previous.pods.values().filter(|p| {
+                p.source.manifest() == Some(file.as_path()) && !pods.iter().any(|n| n.key == p.key)
+            });
             for pod in kept {
                 debug!(file = %file.display(), pod = %pod.key, "file has errors; keeping the pod it gave before");
                 candidates.push(pod.clone());
@@ -218,7 +219,7 @@ pub fn manifest_name(name: &OsStr) -> Result<(), &'static str> {
 fn resolve_conflicts(
     mut candidates: Vec<DesiredPod>,
 ) -> (BTreeMap<PodKey, DesiredPod>, Vec<ManifestProblem>) {
-    candidates.sort_by(|a, b| (&a.file, a.doc).cmp(&(&b.file, b.doc)));
+    candidates.sort_by(|a, b| (a.source.manifest(), a.doc).cmp(&(b.source.manifest(), b.doc)));
     let mut pods: BTreeMap<_, DesiredPod> = BTreeMap::new();
     let mut problems = Vec::new();
     for pod in candidates {
@@ -227,12 +228,12 @@ fn resolve_conflicts(
                 "pod {} is also defined in {} document {}, which takes precedence (first by file name); \
                  this document is not run",
                 pod.key,
-                winner.file.display(),
+                winner.source_text(),
                 winner.doc
             );
             problems.push(ManifestProblem::doc(
                 ProblemKind::Conflict,
-                &pod.file,
+                pod.source.manifest().unwrap_or(Path::new("")),
                 pod.doc,
                 Some("metadata.name".to_string()),
                 reason,

@@ -19,7 +19,7 @@ use serde_json::Value;
 use super::limits::{MAX_PROBLEMS_PER_FILE, MAX_QUOTED, MAX_REASON, cut, quoted};
 use super::value::{Budget, Failure};
 use super::{Findings, ManifestProblem, ProblemKind, allow, defaults, pod_uid, scan, validate};
-use crate::model::{DesiredPod, PodKey, keys};
+use crate::model::{DesiredPod, PodKey, PodSource, keys};
 
 /// Parses one file's bytes into defaulted, validated pods (pure; unit-testable without a
 /// filesystem). `file` names the pods' origin and picks the syntax (`.json` → JSON, else YAML).
@@ -70,7 +70,14 @@ pub fn parse_manifest(
         );
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let warnings = findings.warnings.iter().map(|w| w.line()).collect();
-        pods.push(DesiredPod { key, uid, pod: Arc::new(pod), file: file.to_path_buf(), doc, warnings });
+        pods.push(DesiredPod {
+            key,
+            uid,
+            pod: Arc::new(pod),
+            source: PodSource::File(file.to_path_buf()),
+            doc,
+            warnings,
+        });
     }
     (pods, capped(file, problems))
 }

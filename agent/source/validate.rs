@@ -11,8 +11,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use super::Findings;
 use super::limits::quoted;
 use super::names::{dns1123_label, dns1123_subdomain, label_value, qualified_name, sysctl_name};
-use super::quantity::Quantity;
 use super::validate_container;
+use crate::quantity::Quantity;
 
 /// Most bytes all annotations of a pod may hold (`TotalAnnotationSizeLimitB`).
 const ANNOTATIONS_MAX_BYTES: usize = 256 * 1024;

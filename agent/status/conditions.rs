@@ -8,8 +8,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::containers::find;
 use super::phase::{FAILED, SUCCEEDED};
-use super::restart::{all_containers_could_restart, app_containers, init_containers, is_sidecar};
+use super::restart::all_containers_could_restart;
 use crate::model::{ObservedPod, SandboxState};
+use crate::podspec::{app_containers, init_containers, is_sidecar};
 
 /// Condition types the kubelet owns, in the order they are listed.
 pub const READY_TO_START: &str = "PodReadyToStartContainers";

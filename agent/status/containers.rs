@@ -11,10 +11,9 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::StartError;
-use super::restart::{
-    ContainerKind, app_containers, init_containers, is_sidecar, restart_policy, should_restart,
-};
+use super::restart::should_restart;
 use crate::model::{self, ObservedContainer, ObservedPod, ProbeState};
+use crate::podspec::{Kind, app_containers, init_containers, restart_policy};
 
 /// Upstream's reason and exit code for an instance the runtime lost track of (R9.1).
 const STATUS_UNKNOWN: &str = "ContainerStatusUnknown";
@@ -42,7 +41,7 @@ pub(crate) fn init_statuses(ctx: &Ctx, previous: &[ContainerStatus]) -> Vec<Cont
     init_containers(ctx.pod)
         .iter()
         .map(|c| {
-            let kind = if is_sidecar(c) { ContainerKind::Sidecar } else { ContainerKind::Init };
+            let kind = Kind::of_init(c);
             status_of(ctx, c, kind, find(previous, &c.name))
         })
         .collect()
@@ -52,7 +51,7 @@ pub(crate) fn init_statuses(ctx: &Ctx, previous: &[ContainerStatus]) -> Vec<Cont
 pub(crate) fn app_statuses(ctx: &Ctx, previous: &[ContainerStatus]) -> Vec<ContainerStatus> {
     let mut out: Vec<_> = app_containers(ctx.pod)
         .iter()
-        .map(|c| status_of(ctx, c, ContainerKind::App, find(previous, &c.name)))
+        .map(|c| status_of(ctx, c, Kind::App, find(previous, &c.name)))
         .collect();
     out.sort_by(|a, b| a.name.cmp(&b.name));
     out
@@ -61,10 +60,10 @@ pub(crate) fn app_statuses(ctx: &Ctx, previous: &[ContainerStatus]) -> Vec<Conta
 /// `ephemeralContainerStatuses`, in spec order: mapped as an app container's, never ready
 /// (no probe, not part of the pod's readiness), as upstream.
 pub(crate) fn ephemeral_statuses(ctx: &Ctx, previous: &[ContainerStatus]) -> Vec<ContainerStatus> {
-    crate::pod::spec::ephemeral_containers(ctx.pod)
+    crate::podspec::ephemeral_containers(ctx.pod)
         .iter()
         .map(|(c, _)| {
-            let mut st = status_of(ctx, c, ContainerKind::App, find(previous, &c.name));
+            let mut st = status_of(ctx, c, Kind::App, find(previous, &c.name));
             st.ready = false;
             st
         })
@@ -96,12 +95,7 @@ fn waiting(reason: Option<&str>, message: Option<&str>) -> ContainerState {
     }
 }
 
-fn status_of(
-    ctx: &Ctx,
-    spec: &Container,
-    kind: ContainerKind,
-    prev: Option<&ContainerStatus>,
-) -> ContainerStatus {
+fn status_of(ctx: &Ctx, spec: &Container, kind: Kind, prev: Option<&ContainerStatus>) -> ContainerStatus {
     let spec_image = spec.image.clone().unwrap_or_default();
     // R9.1 default: waiting with PodInitializing/ContainerCreating; restartCount and lastState
     // carried from the previous status, or the whole previous status if it was terminated.
@@ -176,7 +170,7 @@ pub(crate) fn removed_for_restart_all(s: &ContainerStatus) -> bool {
 }
 
 /// No runtime instance: the previous status stands, with two upstream inferences.
-fn no_instance(ctx: &Ctx, kind: ContainerKind, prev: Option<&ContainerStatus>, st: &mut ContainerStatus) {
+fn no_instance(ctx: &Ctx, kind: Kind, prev: Option<&ContainerStatus>, st: &mut ContainerStatus) {
     // KEP-5532 (upstream): removed by a RestartAllContainers, it waits to run again; the removal
     // is its last termination, and it counts as a restart.
     if ctx.restarting_all && !ctx.terminating {
@@ -226,7 +220,7 @@ fn no_instance(ctx: &Ctx, kind: ContainerKind, prev: Option<&ContainerStatus>, s
     // A regular init container pruned from the runtime after a regular container was created
     // must have completed (R4.10 removes old init instances; static pods keep no API status).
     let app_created = app_containers(ctx.pod).iter().any(|c| ctx.observed.newest(&c.name).is_some());
-    if kind == ContainerKind::Init && app_created && st.state.as_ref().is_some_and(|s| s.waiting.is_some()) {
+    if kind == Kind::Init && app_created && st.state.as_ref().is_some_and(|s| s.waiting.is_some()) {
         st.state = Some(ContainerState {
             terminated: Some(ContainerStateTerminated {
                 exit_code: 0,
@@ -322,7 +316,7 @@ fn join_message(runtime: &str, termination: Option<&String>) -> Option<String> {
 fn set_started_ready(
     ctx: &Ctx,
     spec: &Container,
-    kind: ContainerKind,
+    kind: Kind,
     newest: Option<&ObservedContainer>,
     st: &mut ContainerStatus,
 ) {
@@ -332,10 +326,8 @@ fn set_started_ready(
     st.started = Some(started);
     st.ready = match kind {
         // Regular init containers have no probes: ready means completed.
-        ContainerKind::Init => {
-            st.state.as_ref().and_then(|s| s.terminated.as_ref()).is_some_and(|t| t.exit_code == 0)
-        }
-        ContainerKind::Sidecar | ContainerKind::App => {
+        Kind::Init => st.state.as_ref().and_then(|s| s.terminated.as_ref()).is_some_and(|t| t.exit_code == 0),
+        Kind::Sidecar | Kind::App | Kind::Ephemeral => {
             started && (spec.readiness_probe.is_none() || probe.ready == Some(true))
         }
     };

@@ -26,8 +26,8 @@ pub use self::phase::{
     FAILED, PENDING, RUNNING, SUCCEEDED, is_terminal, phase, phase_of_statuses, pod_initialized,
 };
 pub use self::restart::{
-    ContainerKind, all_containers_could_restart, container_kinds, container_should_restart, init_failed,
-    is_sidecar, restart_all_rule_matches, restart_all_triggered, restart_without_exit_code, should_restart,
+    all_containers_could_restart, container_should_restart, init_failed, restart_all_rule_matches,
+    restart_all_triggered, restart_without_exit_code, should_restart,
 };
 use crate::model::{DesiredPod, ObservedPod, ProbeState};
 

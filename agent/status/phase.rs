@@ -7,8 +7,9 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodStatus};
 
 use super::containers::{self, Ctx, find, removed_for_restart_all};
-use super::restart::{app_containers, container_should_restart, init_containers, is_sidecar, restart_policy};
+use super::restart::container_should_restart;
 use crate::model::{ContainerState, ObservedPod, ProbeState};
+use crate::podspec::{app_containers, init_containers, is_sidecar, restart_policy};
 
 /// `status.phase` values.
 pub const PENDING: &str = "Pending";

@@ -7,7 +7,7 @@ use std::net::IpAddr;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use super::restart::{app_containers, init_containers};
+use crate::podspec::{app_containers, init_containers};
 
 const QOS_RESOURCES: [&str; 2] = ["cpu", "memory"];
 
@@ -52,7 +52,7 @@ pub fn qos_class(pod: &Pod) -> &'static str {
 /// A resource quantity in milli-units, parsed exactly as the API server does; `None` when it
 /// does not parse or overflows. Enough to add and compare requests and limits.
 pub(crate) fn parse_quantity(s: &str) -> Option<i128> {
-    crate::source::quantity::Quantity::parse(s)?.milli_value()
+    crate::quantity::Quantity::parse(s)?.milli_value()
 }
 
 /// `podIPs`: the first IP of the node's family (IPv4 when unknown), then the first of the other

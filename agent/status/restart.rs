@@ -5,47 +5,7 @@
 use k8s_openapi::api::core::v1::{Container, ContainerRestartRule, Pod};
 
 use crate::model::{ContainerState, ObservedContainer, ObservedPod};
-
-/// What role a spec container plays in the pod.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ContainerKind {
-    /// `spec.initContainers[i]` without `restartPolicy`: runs once to completion, in order.
-    Init,
-    /// `spec.initContainers[i]` with `restartPolicy: Always` (upstream "restartable init container").
-    Sidecar,
-    /// `spec.containers[i]`.
-    App,
-}
-
-/// The pod's `restartPolicy`, defaulted as the API server does.
-pub(crate) fn restart_policy(pod: &Pod) -> &str {
-    pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref()).unwrap_or("Always")
-}
-
-/// A sidecar is an init container whose own `restartPolicy` is `Always`.
-pub fn is_sidecar(container: &Container) -> bool {
-    container.restart_policy.as_deref() == Some("Always")
-}
-
-/// The pod's init containers (regular and sidecars) in spec order.
-pub(crate) fn init_containers(pod: &Pod) -> &[Container] {
-    pod.spec.as_ref().and_then(|s| s.init_containers.as_deref()).unwrap_or_default()
-}
-
-/// The pod's regular containers in spec order.
-pub(crate) fn app_containers(pod: &Pod) -> &[Container] {
-    pod.spec.as_ref().map(|s| s.containers.as_slice()).unwrap_or_default()
-}
-
-/// Which spec containers exist, with their kind, in spec order (init containers first).
-pub fn container_kinds(pod: &Pod) -> Vec<(String, ContainerKind)> {
-    let init = init_containers(pod).iter().map(|c| {
-        let kind = if is_sidecar(c) { ContainerKind::Sidecar } else { ContainerKind::Init };
-        (c.name.clone(), kind)
-    });
-    let apps = app_containers(pod).iter().map(|c| (c.name.clone(), ContainerKind::App));
-    init.chain(apps).collect()
-}
+use crate::podspec::{Kind, app_containers, init_containers};
 
 /// A regular init container failed when it exited non-zero, or was OOM-killed even with exit 0
 /// (R4.2, R12.4).
@@ -145,7 +105,7 @@ fn matching_rule(container: &Container, exit_code: i32) -> Option<&ContainerRest
 ///   container has its own policy and rules).
 pub fn should_restart(
     spec: &Container,
-    kind: ContainerKind,
+    kind: Kind,
     pod_restart_policy: &str,
     newest: Option<&ObservedContainer>,
     terminating: bool,
@@ -158,11 +118,11 @@ pub fn should_restart(
         ContainerState::Running => false,
         ContainerState::Unknown | ContainerState::Created => true,
         ContainerState::Exited => match kind {
-            ContainerKind::Sidecar => true,
-            ContainerKind::Init => {
-                init_failed(c) && container_should_restart(spec, pod_restart_policy, c.exit_code)
-            }
-            ContainerKind::App => container_should_restart(spec, pod_restart_policy, c.exit_code),
+            Kind::Sidecar => true,
+            Kind::Init => init_failed(c) && container_should_restart(spec, pod_restart_policy, c.exit_code),
+            Kind::App => container_should_restart(spec, pod_restart_policy, c.exit_code),
+            // Started once, never restarted.
+            Kind::Ephemeral => false,
         },
     }
 }

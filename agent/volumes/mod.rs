@@ -19,8 +19,9 @@ pub mod services;
 pub mod token;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Component, Path, PathBuf};
 
 use futures::future::BoxFuture;
@@ -133,7 +134,38 @@ pub fn sub_path_in_volume(root: &Path, sub: &str) -> std::io::Result<PathBuf> {
                 )))
             }
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => crate::pod::start::sub_path_in(root, sub),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => sub_path_in(root, sub),
         Err(e) => Err(e),
     }
+}
+
+/// `root/sub`, created as directories where missing, never through a symlink: a container can
+/// put a symlink into a volume (`ln -s /etc data/x`), and a subPath through it would mount the
+/// host's file system (the kubelet's CVE-2017-1002101). `sub` is relative without `..`
+/// (validated with the manifest); each component is checked without following links.
+pub fn sub_path_in(root: &Path, sub: &str) -> std::io::Result<PathBuf> {
+    use std::path::Component;
+    let mut cur = root.to_path_buf();
+    for comp in Path::new(sub).components() {
+        match comp {
+            Component::Normal(name) => cur.push(name),
+            Component::CurDir => continue,
+            _ => return Err(std::io::Error::other("must be a relative path without \"..\"")),
+        }
+        match std::fs::symlink_metadata(&cur) {
+            Ok(m) if m.file_type().is_symlink() => {
+                return Err(std::io::Error::other(format!(
+                    "{} is a symlink; refusing to follow it",
+                    cur.display()
+                )));
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                std::fs::create_dir(&cur)?;
+                std::fs::set_permissions(&cur, std::fs::Permissions::from_mode(0o777))?;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(cur)
 }

@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{
 };
 
 use super::atomic_writer::{FileProjection, Payload};
-use crate::source::quantity::Quantity;
+use crate::quantity::Quantity;
 
 /// Resource name → quantity (a Node's `status.allocatable`).
 pub type ResourceList = BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>;

@@ -41,7 +41,7 @@ pub fn desired(namespace: &str, yaml: &str) -> DesiredPod {
         key: PodKey::new(namespace, &name),
         uid: format!("{namespace}-{}", uuid::Uuid::new_v4()),
         pod: Arc::new(pod),
-        file: PathBuf::from("/nonexistent"),
+        source: crilet::model::PodSource::File("/nonexistent".into()),
         doc: 0,
         warnings: vec![],
     }

@@ -250,14 +250,14 @@ impl Drop for Node {
 
 /// Stops and removes every sandbox of node `node`'s API pods, through containerd itself.
 pub async fn remove_api_pods_of(node: &str) {
-    let prefix = crilet::cluster::pods::api_source_of(node);
     let cri = super::Env::load().cri();
     let Ok((sandboxes, _)) = cri.list_all(Some((crilet::model::keys::MANAGED_BY, "crilet"))).await else {
         return;
     };
     for sb in sandboxes {
-        let file = sb.annotations.get(crilet::model::keys::MANIFEST_FILE).cloned().unwrap_or_default();
-        if file.starts_with(&prefix) {
+        let file = sb.annotations.get(crilet::model::keys::MANIFEST_FILE).map_or("", String::as_str);
+        if matches!(crilet::model::PodSource::parse(file), crilet::model::PodSource::Api { node: n } if n == node)
+        {
             let _ = cri.stop_sandbox(&sb.id).await;
             let _ = cri.remove_sandbox(&sb.id).await;
         }

@@ -24,9 +24,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::backoff::Backoff;
 use super::context::{Shared, now_ns};
-use super::plan::{
-    KillReason, PodKillReason, ProbeResults, gated_starts, is_sidecar, plan_held, settle_until,
-};
+use super::plan::{KillReason, PodKillReason, ProbeResults, gated_starts, plan_held, settle_until};
 use super::spec::{Kind, pod_dir, pod_log_dir, sandbox_config, termination_grace};
 use super::start::{
     FAILED_MOUNT, ImagesSeen, StartRequest, backoff_key, crash_backoff_wait, create_sandbox, ensure_image,
@@ -179,7 +177,7 @@ pub async fn run_worker(
                         let names: Vec<String> =
                             all_containers(&w.desired.pod).into_iter().map(|(c, _)| c.name).collect();
                         crate::metrics::get().forget_pod(&w.desired.key, &w.desired.uid, &names);
-                        w.ctx.set_requests(&w.desired.uid, None);
+                        w.ctx.ledger.set(&w.desired.uid, None);
                         return;
                     }
                     if cancel.is_cancelled() {
@@ -245,11 +243,7 @@ fn images_to_start(plan: &crate::pod::plan::Plan, containers: &[(Container, Kind
 
 fn all_containers(pod: &Pod) -> Vec<(Container, Kind)> {
     let Some(spec) = pod.spec.as_ref() else { return Vec::new() };
-    let inits = spec
-        .init_containers
-        .iter()
-        .flatten()
-        .map(|c| (c.clone(), if is_sidecar(c) { Kind::Sidecar } else { Kind::Init }));
+    let inits = spec.init_containers.iter().flatten().map(|c| (c.clone(), Kind::of_init(c)));
     inits.chain(spec.containers.iter().map(|c| (c.clone(), Kind::App))).collect()
 }
 

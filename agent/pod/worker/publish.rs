@@ -23,7 +23,7 @@ impl Worker {
                 self.saved_conditions = Some(external.clone());
             }
         }
-        let api_pod = crate::cluster::pods::is_api_source(&self.desired.file.display().to_string());
+        let api_pod = self.desired.source.is_api();
         let mut external = update::with_own_condition(external, self.update.as_ref(), api_pod);
         external
             .retain(|c| c.type_ != crate::pod::resize::PENDING && c.type_ != crate::pod::resize::IN_PROGRESS);
@@ -75,7 +75,7 @@ impl Worker {
             self.desired.key.clone(),
             PodRecord {
                 pod,
-                manifest_file: self.desired.file.display().to_string(),
+                manifest_file: self.desired.source_text(),
                 warnings: self.desired.warnings.clone(),
             },
         );

@@ -66,7 +66,7 @@ impl Worker {
         };
         let allocated = alloc.apply(&spec);
         let (cpu, memory) = crate::node::allocatable();
-        let others = self.ctx.requests_of_others(&self.desired.uid);
+        let others = self.ctx.ledger.others(&self.desired.uid);
         let decision = resize::decide(&spec, &allocated, Room { cpu_milli: cpu, memory }, others);
         let mut requeue = None;
         let alloc = match decision {
@@ -115,8 +115,8 @@ impl Worker {
             return;
         }
         self.resize.finished = Some(finished);
-        let requests = (!finished).then(|| crate::cluster::admit::requests(running));
-        self.ctx.set_requests(&self.desired.uid, requests);
+        let requests = (!finished).then(|| crate::podspec::requests(running));
+        self.ctx.ledger.set(&self.desired.uid, requests);
     }
 
     fn set_pending(&mut self, reason: &str, message: String, event: &str) {

@@ -3,7 +3,7 @@
 use serde_json::{Value, json};
 
 use super::{NODE, base, edited, parse_ok, pod_json, set};
-use crate::source::defaults::default_pull_policy;
+use crate::model::uid::default_pull_policy;
 
 #[test]
 fn image_pull_policy_cases() {

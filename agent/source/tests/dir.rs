@@ -103,7 +103,7 @@ fn only_manifests_are_read_in_name_order() {
             (ProblemKind::Error, "sub.yaml".into(), "a directory, not a regular file; refusing it".into()),
         ]
     );
-    assert_eq!(set.pods[&key("a")].file, dir.path().join("a.json"));
+    assert_eq!(set.pods[&key("a")].source.manifest(), Some(dir.path().join("a.json").as_path()));
 }
 
 #[test]
@@ -197,7 +197,7 @@ fn conflicts_are_resolved_by_file_then_document() {
     let set = load_dir(dir.path(), NODE, &ManifestSet::default());
     assert_eq!(names(&set), ["web"]);
     let winner = &set.pods[&key("web")];
-    assert_eq!((winner.file.as_path(), winner.doc), (dir.path().join("a.yaml").as_path(), 0));
+    assert_eq!((winner.source.manifest(), winner.doc), (Some(dir.path().join("a.yaml").as_path()), 0));
     let conflicts: Vec<_> = set.problems.iter().filter(|p| p.kind == ProblemKind::Conflict).collect();
     assert_eq!(conflicts.iter().map(|p| p.doc).collect::<Vec<_>>(), [Some(0), Some(1)]);
     for p in &conflicts {

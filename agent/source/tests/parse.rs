@@ -96,7 +96,7 @@ fn pods_carry_their_origin_and_warnings() {
     let (pods, problems) = parse_manifest(Path::new("/m/web.yaml"), &text, NODE);
     assert_eq!(pods.len(), 1);
     let pod = &pods[0];
-    assert_eq!((pod.file.as_path(), pod.doc), (Path::new("/m/web.yaml"), 0));
+    assert_eq!((pod.source.manifest(), pod.doc), (Some(Path::new("/m/web.yaml")), 0));
     assert_eq!(pod.warnings, ["spec.tolerations: scheduling field, meaningless for a static pod; ignored"]);
     assert_eq!(lines(&problems, ProblemKind::Warning), pod.warnings);
 }

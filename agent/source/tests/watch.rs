@@ -68,8 +68,10 @@ async fn watch_picks_up_added_and_removed_files() {
     // Editor leftovers do not publish anything new.
     fs::write(dir.path().join(".second.yaml.swp"), "x").expect("write swap");
     fs::rename(dir.path().join("second.yaml"), dir.path().join("renamed.yml")).expect("mv");
-    let set =
-        wait_for(&mut rx, "rename seen", |s| s.pods.values().any(|p| p.file.ends_with("renamed.yml"))).await;
+    let set = wait_for(&mut rx, "rename seen", |s| {
+        s.pods.values().any(|p| p.source.manifest().is_some_and(|f| f.ends_with("renamed.yml")))
+    })
+    .await;
     assert_eq!(names(&set), ["second"]);
     cancel.cancel();
 }

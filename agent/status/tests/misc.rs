@@ -5,14 +5,15 @@ use k8s_openapi::api::core::v1::{
 };
 
 use super::{Extra, ObservedBuilder, at, none, observed, pod, run};
+use crate::podspec::{Kind, container_kinds};
 use crate::status::{
-    ContainerKind, container_kinds, container_should_restart, pod_initialized, restart_all_rule_matches,
-    restart_without_exit_code, should_restart,
+    container_should_restart, pod_initialized, restart_all_rule_matches, restart_without_exit_code,
+    should_restart,
 };
 
 #[test]
 fn should_restart_cases() {
-    use ContainerKind::{App, Init, Sidecar};
+    use Kind::{App, Init, Sidecar};
     let instance = |f: fn(ObservedBuilder) -> ObservedBuilder| {
         f(observed().sandbox_ready("10.0.0.2")).build().containers.into_iter().next()
     };
@@ -112,20 +113,20 @@ fn container_restart_rules_cases() {
     // even in a Never pod, but not when it succeeded.
     let exited =
         |code| observed().sandbox_ready("10.0.0.2").exited("c", code).build().containers.into_iter().next();
-    assert!(should_restart(&never_42, ContainerKind::Init, "Never", exited(42).as_ref(), false));
-    assert!(!should_restart(&on_failure_0, ContainerKind::Init, "Never", exited(0).as_ref(), false));
-    assert!(should_restart(&never_42, ContainerKind::App, "Never", exited(42).as_ref(), false));
-    assert!(!should_restart(&never_42, ContainerKind::App, "Always", exited(0).as_ref(), false));
+    assert!(should_restart(&never_42, Kind::Init, "Never", exited(42).as_ref(), false));
+    assert!(!should_restart(&on_failure_0, Kind::Init, "Never", exited(0).as_ref(), false));
+    assert!(should_restart(&never_42, Kind::App, "Never", exited(42).as_ref(), false));
+    assert!(!should_restart(&never_42, Kind::App, "Always", exited(0).as_ref(), false));
 }
 
 #[test]
 fn container_kinds_in_spec_order() {
     let p = pod().init("i").sidecar("s").app("b").app("a").spec_pod();
     let want = vec![
-        ("i".to_owned(), ContainerKind::Init),
-        ("s".to_owned(), ContainerKind::Sidecar),
-        ("b".to_owned(), ContainerKind::App),
-        ("a".to_owned(), ContainerKind::App),
+        ("i".to_owned(), Kind::Init),
+        ("s".to_owned(), Kind::Sidecar),
+        ("b".to_owned(), Kind::App),
+        ("a".to_owned(), Kind::App),
     ];
     assert_eq!(container_kinds(&p), want);
 }

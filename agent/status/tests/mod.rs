@@ -7,7 +7,6 @@ mod misc;
 mod phase;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{
@@ -117,7 +116,7 @@ impl PodBuilder {
             key: PodKey::new("default", "web"),
             uid: "uid-1".into(),
             pod: Arc::new(self.0),
-            file: PathBuf::from("/etc/crilet/manifests/web.yaml"),
+            source: crate::model::PodSource::File("/etc/crilet/manifests/web.yaml".into()),
             doc: 0,
             warnings: Vec::new(),
         }

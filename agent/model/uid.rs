@@ -17,8 +17,7 @@ use k8s_openapi::api::core::v1::Pod;
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::defaults::default_pull_policy;
-use crate::model::keys;
+use super::keys;
 
 /// The UUID v5 namespace of crilet pod UIDs: `Uuid::new_v5(&Uuid::NAMESPACE_URL,
 /// b"https://crilet.io/pod-uid/v1")`, written out so that it can never drift.
@@ -95,5 +94,21 @@ fn write_canonical(value: &Value, out: &mut String) {
             out.push(']');
         }
         scalar => out.push_str(&scalar.to_string()),
+    }
+}
+
+/// The API server's default `imagePullPolicy` for `image`: `Always` for `:latest` or no tag
+/// (and no digest), else `IfNotPresent`. Part of the UID scheme (a defaulted policy is blanked).
+pub fn default_pull_policy(image: &str) -> &'static str {
+    let (name, digest) = match image.split_once('@') {
+        Some((name, digest)) => (name, Some(digest)),
+        None => (image, None),
+    };
+    // A tag follows the last ':' after the last '/', so a registry port is not a tag.
+    let last_part = name.rsplit('/').next().unwrap_or(name);
+    let tag = last_part.split_once(':').map(|(_, tag)| tag);
+    match (tag, digest) {
+        (Some("latest"), _) | (None, None) => "Always",
+        _ => "IfNotPresent",
     }
 }

@@ -5,10 +5,15 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
+
+pub mod manifest;
+pub mod uid;
+
+pub use manifest::{Deleting, ManifestProblem, ManifestSet, ProblemKind};
 
 /// A pod's identity on the node: namespace and name (what two manifests must not share).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -37,8 +42,9 @@ pub struct DesiredPod {
     /// The pod UID (also in `pod.metadata.uid`): stable across image-only edits, new on any other.
     pub uid: String,
     pub pod: Arc<Pod>,
-    /// The manifest file and the 0-based index of the document within it.
-    pub file: PathBuf,
+    /// Where the pod comes from (a manifest file, or the API server).
+    pub source: PodSource,
+    /// The 0-based index of the document within the manifest file (0 for API pods).
     pub doc: usize,
     /// Fields the agent accepts but does not implement, and other non-fatal findings.
     pub warnings: Vec<String>,
@@ -51,10 +57,63 @@ impl PartialEq for DesiredPod {
     fn eq(&self, other: &Self) -> bool {
         self.key == other.key
             && self.uid == other.uid
-            && self.file == other.file
+            && self.source == other.source
             && self.doc == other.doc
             && self.warnings == other.warnings
             && (Arc::ptr_eq(&self.pod, &other.pod) || self.pod == other.pod)
+    }
+}
+
+impl DesiredPod {
+    /// The source's text form, as annotations and published records carry it.
+    pub fn source_text(&self) -> String {
+        self.source.text(&self.key)
+    }
+}
+
+/// Where a desired pod comes from. Its text form (the `crilet.io/manifest-file` annotation of
+/// its sandbox and containers, a published record's `manifest_file`) is the manifest's path for
+/// a static pod and `api:<node>/<namespace>/<name>` for an API pod: never a path under the
+/// manifest directory, so the file source never reaps API pods and the API source never reaps
+/// static ones; the node name keeps two agents on one runtime (tests) from reaping each other's.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum PodSource {
+    /// A static pod, from this manifest file.
+    File(PathBuf),
+    /// An API pod bound to node `node`.
+    Api { node: String },
+}
+
+impl PodSource {
+    /// The text form's prefix for API pods.
+    pub const API_PREFIX: &'static str = "api:";
+
+    /// Reads the text form back (what is not an API pod's is a manifest path, maybe empty).
+    pub fn parse(text: &str) -> PodSource {
+        match text.strip_prefix(Self::API_PREFIX) {
+            Some(rest) => PodSource::Api { node: rest.split('/').next().unwrap_or_default().to_string() },
+            None => PodSource::File(PathBuf::from(text)),
+        }
+    }
+
+    /// The text form for pod `key`.
+    pub fn text(&self, key: &PodKey) -> String {
+        match self {
+            PodSource::File(path) => path.display().to_string(),
+            PodSource::Api { node } => format!("{}{node}/{}/{}", Self::API_PREFIX, key.namespace, key.name),
+        }
+    }
+
+    pub fn is_api(&self) -> bool {
+        matches!(self, PodSource::Api { .. })
+    }
+
+    /// A static pod's manifest file.
+    pub fn manifest(&self) -> Option<&Path> {
+        match self {
+            PodSource::File(path) => Some(path),
+            PodSource::Api { .. } => None,
+        }
     }
 }
 
@@ -120,7 +179,7 @@ pub struct ObservedContainer {
     pub stop_signal: Option<String>,
     /// The cgroup values the runtime reports it applied (CRI `ContainerStatus.resources`), if it
     /// reports them.
-    pub resources: Option<crate::cri::api::LinuxContainerResources>,
+    pub resources: Option<crate::cri_proto::LinuxContainerResources>,
 }
 
 /// Everything the runtime shows for one pod UID, newest first in both lists.
@@ -194,4 +253,29 @@ pub mod keys {
     /// crilet's own: the full pod spec JSON, kept on the sandbox so a pod whose manifest vanished
     /// while the agent was down can still be terminated in order with its hooks and grace.
     pub const POD_SPEC: &str = "crilet.io/pod-spec";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pod_source_reads_back_from_its_text() {
+        let key = PodKey::new("prod", "web");
+        let api = PodSource::Api { node: "n1".into() };
+        let file = PodSource::File("/etc/kubernetes/manifests/web.yaml".into());
+        // (source, its text for `key`)
+        let cases = [(&api, "api:n1/prod/web"), (&file, "/etc/kubernetes/manifests/web.yaml")];
+        for (source, text) in cases {
+            assert_eq!(source.text(&key), text);
+            assert_eq!(&PodSource::parse(text), source, "{text}");
+        }
+        assert!(api.is_api() && !file.is_api());
+        assert_eq!(
+            (api.manifest(), file.manifest()),
+            (None, Some(Path::new("/etc/kubernetes/manifests/web.yaml")))
+        );
+        // What no annotation names (an old sandbox) is no API pod's.
+        assert_eq!(PodSource::parse(""), PodSource::File(PathBuf::new()));
+    }
 }

@@ -1,5 +1,5 @@
 //! Kubernetes resource quantities (`500m`, `1.5`, `128Mi`, `1e3`, `2G`): parsing and exact
-//! integer conversion, for validating `resources` and `emptyDir.sizeLimit` here and for turning
+//! integer conversion, for validating `resources` and `emptyDir.sizeLimit` in manifests and for turning
 //! limits into CRI values elsewhere. Follows apimachinery's `resource.Quantity` grammar:
 //! `[+-]digits[.digits]` then one suffix: binary SI (`Ki`..`Ei`), decimal SI (`n u m k M G T P E`)
 //! or a decimal exponent (`e3`, `E-2`).

@@ -1,5 +1,6 @@
-//! Test fixtures for the CLI printers: a healthy base pod built from JSON (the shape the agent
-//! serves), plus container-status builders, so each table case shows only how it differs.
+//! Test fixtures of served pods (the CLI printers, `crilet logs` and the kubelet API): a healthy
+//! base pod built from JSON (the shape the agent serves), plus container-status builders, so each
+//! table case shows only how it differs.
 
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Pod;
