@@ -21,8 +21,8 @@
 #      /var/lib/crilet-dev/k8s/v1.36.3/bin, Go's caches in /var/lib/crilet-dev/k8s/go
 #      (log: $LOG_DIR/cluster-build.log). A binary that reports the right version is not rebuilt.
 #   2. etcd 3.5.30 (etcd-server) and kubectl 1.36.4+ds-1 from Debian sid: `apt-get download`
-#      through the private apt state hack/lib.sh's ensure_containerd_sid uses, `dpkg-deb -x`
-#      into /var/lib/crilet-dev/k8s/sid (never installed on the system).
+#      through hack/lib.sh's private sid apt state (sid_unpack), `dpkg-deb -x` into
+#      /var/lib/crilet-dev/k8s/sid (never installed on the system).
 #   3. a PKI under /var/lib/crilet-dev/cluster/pki (openssl; ECDSA P-256 CA, PKCS#8 keys):
 #      apiserver serving cert, admin client (CN=admin, O=system:masters), apiserver->kubelet
 #      client (CN=kube-apiserver-kubelet-client, O=system:masters), RSA service-account keys;
@@ -44,8 +44,6 @@ set -euo pipefail
 K8S_MODULE=k8s.io/kubernetes
 K8S_DEFAULT_CMDS=(kube-apiserver kube-controller-manager kube-scheduler)
 BUILD_LOG="$LOG_DIR/cluster-build.log"
-# Shared with ensure_containerd_sid (lib.sh): one sid index for every package we take from sid.
-SID_APT_DIR="$CONTAINERD_SID_DIR/apt"
 CLUSTER_LOCK="$CRILET_RUN/cluster.lock"
 
 PKI="$CLUSTER_PKI"
@@ -158,41 +156,6 @@ build_k8s() {
 # ------------------------------------------------------------------------------------------
 # etcd and kubectl from Debian sid
 # ------------------------------------------------------------------------------------------
-SID_APT_OPTS=(-o "Dir::Etc::SourceList=$SID_APT_DIR/sources.list" -o Dir::Etc::SourceParts=/dev/null
-    -o "Dir::State::Lists=$SID_APT_DIR/lists" -o "Dir::Cache=$SID_APT_DIR/cache"
-    -o "Dir::Cache::Archives=$SID_APT_DIR/archives" -o Dir::State::status=/dev/null)
-SID_UPDATED=0
-
-sid_apt_init() {
-    mkdir -p "$SID_APT_DIR/lists/partial" "$SID_APT_DIR/archives/partial" "$SID_APT_DIR/cache"
-    echo "deb http://deb.debian.org/debian sid main" >"$SID_APT_DIR/sources.list"
-}
-
-sid_update() {
-    [ "$SID_UPDATED" = 1 ] && return 0
-    log "updating the Debian sid index (private apt state in $SID_APT_DIR)"
-    apt-get "${SID_APT_OPTS[@]}" update -q >"$SID_APT_DIR/update.log" 2>&1 ||
-        die "apt-get update for Debian sid failed; see $SID_APT_DIR/update.log"
-    SID_UPDATED=1
-}
-
-# sid_versions PKG — every version of PKG the sid index offers.
-sid_versions() { apt-cache "${SID_APT_OPTS[@]}" show "$1" 2>/dev/null | awk '/^Version:/ {print $2}'; }
-
-# sid_unpack PKG VERSION DEST — download PKG=VERSION and unpack it into DEST.
-sid_unpack() {
-    local pkg="$1" version="$2" dest="$3" dl="$SID_APT_DIR/download-$1.log"
-    rm -f "$SID_APT_DIR/archives/${pkg}_"*.deb
-    (cd "$SID_APT_DIR/archives" && apt-get "${SID_APT_OPTS[@]}" download -q "$pkg=$version" >"$dl" 2>&1) ||
-        die "apt-get download $pkg=$version failed; see $dl"
-    rm -rf "$dest.tmp"
-    dpkg-deb -x "$SID_APT_DIR/archives/${pkg}_"*.deb "$dest.tmp"
-    echo "$version" >"$dest.tmp/.debian-version"
-    rm -rf "$dest"
-    mv "$dest.tmp" "$dest"
-    rm -f "$SID_APT_DIR/archives/${pkg}_"*.deb
-}
-
 # etcd_ok — $ETCD_BIN runs and is etcd $ETCD_VERSION.
 etcd_ok() {
     [ -x "$ETCD_BIN" ] && grep -qx "etcd Version: $ETCD_VERSION" <<<"$("$ETCD_BIN" --version 2>/dev/null)"
@@ -201,40 +164,26 @@ etcd_ok() {
 # ensure_etcd — etcd-server at upstream version $ETCD_VERSION (the highest Debian revision of
 # it that sid offers).
 ensure_etcd() {
-    local dest="$K8S_SID_DIR/etcd-server-$ETCD_VERSION" v best="" pass
+    local dest="$K8S_SID_DIR/etcd-server-$ETCD_VERSION" best
     etcd_ok && return 0
-    sid_apt_init
-    # The shared index may be fresh enough already; update it only when it lacks the version.
-    for pass in cached updated; do
-        if [ "$pass" = updated ]; then sid_update; fi
-        for v in $(sid_versions etcd-server); do
-            case "$v" in "$ETCD_VERSION"-*) ;; *) continue ;; esac
-            if [ -z "$best" ] || dpkg --compare-versions "$v" gt "$best"; then best="$v"; fi
-        done
-        [ -z "$best" ] || break
-    done
+    sid_find best etcd-server "$ETCD_VERSION-*"
     [ -n "$best" ] || die "Debian sid does not offer etcd-server $ETCD_VERSION (has: $(sid_versions etcd-server | tr '\n' ' '))"
     log "fetching etcd-server $best from Debian sid into $dest"
-    mkdir -p "$K8S_SID_DIR"
     sid_unpack etcd-server "$best" "$dest"
     etcd_ok || die "$ETCD_BIN does not run or is not etcd $ETCD_VERSION"
 }
 
 ensure_kubectl() {
-    local dest="$K8S_SID_DIR/kubectl-$KUBECTL_DEB_VERSION"
+    local dest="$K8S_SID_DIR/kubectl-$KUBECTL_DEB_VERSION" found
     if [ -x "$KUBECTL_BIN" ] && "$KUBECTL_BIN" version --client >/dev/null 2>&1; then
         return 0
     fi
-    sid_apt_init
-    if ! grep -qxF "$KUBECTL_DEB_VERSION" <<<"$(sid_versions kubectl)"; then
-        sid_update
-        grep -qxF "$KUBECTL_DEB_VERSION" <<<"$(sid_versions kubectl)" ||
-            die "Debian sid does not offer kubectl=$KUBECTL_DEB_VERSION (has: $(sid_versions kubectl | tr '\n' ' '))"
-    fi
-    log "fetching kubectl $KUBECTL_DEB_VERSION from Debian sid into $dest"
-    mkdir -p "$K8S_SID_DIR"
     # The exact version: a plain `download kubectl` could pick another kubectl package (the
     # image may carry one with a higher epoch).
+    sid_find found kubectl "$KUBECTL_DEB_VERSION"
+    [ -n "$found" ] ||
+        die "Debian sid does not offer kubectl=$KUBECTL_DEB_VERSION (has: $(sid_versions kubectl | tr '\n' ' '))"
+    log "fetching kubectl $KUBECTL_DEB_VERSION from Debian sid into $dest"
     sid_unpack kubectl "$KUBECTL_DEB_VERSION" "$dest"
     "$KUBECTL_BIN" version --client >/dev/null 2>&1 || die "$KUBECTL_BIN does not run"
 }

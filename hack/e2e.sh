@@ -228,35 +228,22 @@ invalidRegistry: invalid.registry.k8s.io/invalid
 EOF
 }
 
-# Debian sid's busybox-static, fetched (apt-get download, dpkg-deb -x; never installed) through
-# the private sid apt state hack/lib.sh's ensure_containerd_sid and hack/cluster.sh share.
+# Debian sid's busybox-static, unpacked (hack/lib.sh's sid_unpack: apt-get download, dpkg-deb
+# -x; never installed) into $E2E_BUSYBOX_DIR/root, its Debian version in $E2E_BUSYBOX_DIR/version.
 # Not bookworm's (1.35, hack/setup.sh's busybox:1.36): its ash drops environment variables
 # whose names are not shell identifiers (`data-1=value-1` from envFrom never reaches `env`),
 # which upstream's busybox 1.37 image keeps and several specs check.
-SID_APT_DIR="$CONTAINERD_SID_DIR/apt"
-SID_APT_OPTS=(-o "Dir::Etc::SourceList=$SID_APT_DIR/sources.list" -o Dir::Etc::SourceParts=/dev/null
-    -o "Dir::State::Lists=$SID_APT_DIR/lists" -o "Dir::Cache=$SID_APT_DIR/cache"
-    -o "Dir::Cache::Archives=$SID_APT_DIR/archives" -o Dir::State::status=/dev/null)
 E2E_BUSYBOX_DIR="$E2E_IMAGE_DIR/busybox-static"
 
 ensure_sid_busybox() {
     [ -x "$E2E_BUSYBOX_DIR/root/usr/bin/busybox" ] && return 0
-    local dl="$E2E_IMAGE_DIR/busybox-download.log" deb
-    mkdir -p "$SID_APT_DIR/lists/partial" "$SID_APT_DIR/archives/partial" "$SID_APT_DIR/cache" "$E2E_BUSYBOX_DIR"
-    echo "deb http://deb.debian.org/debian sid main" >"$SID_APT_DIR/sources.list"
-    if [ -z "$(apt-cache "${SID_APT_OPTS[@]}" show busybox-static 2>/dev/null)" ]; then
-        apt-get "${SID_APT_OPTS[@]}" update -q >"$dl" 2>&1 || die "apt-get update for Debian sid failed; see $dl"
-    fi
-    rm -rf "$E2E_BUSYBOX_DIR/deb" "$E2E_BUSYBOX_DIR/root"
-    mkdir -p "$E2E_BUSYBOX_DIR/deb"
-    (cd "$E2E_BUSYBOX_DIR/deb" && apt-get "${SID_APT_OPTS[@]}" download -q busybox-static >>"$dl" 2>&1) ||
-        die "apt-get download busybox-static (Debian sid) failed; see $dl"
-    deb="$(ls "$E2E_BUSYBOX_DIR"/deb/busybox-static_*.deb)"
-    dpkg-deb -x "$deb" "$E2E_BUSYBOX_DIR/root.tmp"
-    mv "$E2E_BUSYBOX_DIR/root.tmp" "$E2E_BUSYBOX_DIR/root"
+    local version
+    sid_find version busybox-static
+    [ -n "$version" ] || die "Debian sid does not offer busybox-static"
+    sid_unpack busybox-static "$version" "$E2E_BUSYBOX_DIR/root"
     "$E2E_BUSYBOX_DIR/root/usr/bin/busybox" true || die "sid's busybox-static does not run here"
-    dpkg-deb -f "$deb" Version >"$E2E_BUSYBOX_DIR/version"
-    log "unpacked $(basename "$deb") into $E2E_BUSYBOX_DIR"
+    echo "$version" >"$E2E_BUSYBOX_DIR/version"
+    log "unpacked busybox-static $version from Debian sid into $E2E_BUSYBOX_DIR"
 }
 
 # build_busybox_image — hack/setup.sh's build_busybox recipe (busybox-static + applet links,

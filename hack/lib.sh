@@ -574,52 +574,111 @@ EOF
 EOF
 }
 
+# --- packages from Debian sid ---------------------------------------------------------------
+# What we take from sid (containerd 2.x here, etcd and kubectl for hack/cluster.sh, busybox-static
+# for hack/e2e.sh) is fetched with `apt-get download` through ONE apt state of our own (the
+# system's sources, lists and cache are untouched) and unpacked with dpkg-deb -x into a private
+# prefix: never installed.
+SID_APT_DIR="$CONTAINERD_SID_DIR/apt"
+SID_APT_OPTS=(-o "Dir::Etc::SourceList=$SID_APT_DIR/sources.list" -o Dir::Etc::SourceParts=/dev/null
+    -o "Dir::State::Lists=$SID_APT_DIR/lists" -o "Dir::Cache=$SID_APT_DIR/cache"
+    -o "Dir::Cache::Archives=$SID_APT_DIR/archives" -o Dir::State::status=/dev/null)
+SID_UPDATED=0
+
+sid_apt_init() {
+    mkdir -p "$SID_APT_DIR/lists/partial" "$SID_APT_DIR/archives/partial" "$SID_APT_DIR/cache"
+    echo "deb http://deb.debian.org/debian sid main" >"$SID_APT_DIR/sources.list"
+}
+
+# sid_update — refresh the sid index (once per process).
+sid_update() {
+    [ "$SID_UPDATED" = 1 ] && return 0
+    sid_apt_init
+    log "updating the Debian sid index (private apt state in $SID_APT_DIR)"
+    apt-get "${SID_APT_OPTS[@]}" update -q >"$SID_APT_DIR/update.log" 2>&1 ||
+        die "apt-get update for Debian sid failed; see $SID_APT_DIR/update.log"
+    SID_UPDATED=1
+}
+
+# sid_versions PKG — every version of PKG the sid index offers.
+sid_versions() {
+    sid_apt_init
+    apt-cache "${SID_APT_OPTS[@]}" show "$1" 2>/dev/null | awk '/^Version:/ {print $2}'
+}
+
+# sid_highest PKG [GLOB] — the highest version of PKG in the index that matches GLOB (default
+# any); empty output if none does.
+sid_highest() {
+    local v best=""
+    for v in $(sid_versions "$1"); do
+        # shellcheck disable=SC2254  # GLOB is a pattern
+        case "$v" in ${2:-*}) ;; *) continue ;; esac
+        if [ -z "$best" ] || dpkg --compare-versions "$v" gt "$best"; then best="$v"; fi
+    done
+    echo "$best"
+}
+
+# sid_find VAR PKG [GLOB] — set VAR to sid_highest PKG GLOB: from the index as it is when that
+# has a match (it is shared and often fresh enough), else after sid_update. Not a command
+# substitution, so that sid_update's once-per-process mark sticks.
+sid_find() {
+    local _sid_var="$1" _sid_v
+    shift
+    _sid_v="$(sid_highest "$@")"
+    if [ -z "$_sid_v" ]; then
+        sid_update
+        _sid_v="$(sid_highest "$@")"
+    fi
+    printf -v "$_sid_var" '%s' "$_sid_v"
+}
+
+# sid_unpack PKG VERSION DEST — download PKG=VERSION and unpack it into DEST (replaced whole;
+# DEST/.debian-version says which version it holds).
+sid_unpack() {
+    local pkg="$1" version="$2" dest="$3" dl="$SID_APT_DIR/download-$1.log"
+    sid_apt_init
+    rm -f "$SID_APT_DIR/archives/${pkg}_"*.deb
+    (cd "$SID_APT_DIR/archives" && apt-get "${SID_APT_OPTS[@]}" download -q "$pkg=$version" >"$dl" 2>&1) ||
+        die "apt-get download $pkg=$version failed; see $dl"
+    rm -rf "$dest.tmp"
+    mkdir -p "$(dirname "$dest")"
+    dpkg-deb -x "$SID_APT_DIR/archives/${pkg}_"*.deb "$dest.tmp"
+    echo "$version" >"$dest.tmp/.debian-version"
+    rm -rf "$dest"
+    mv "$dest.tmp" "$dest"
+    rm -f "$SID_APT_DIR/archives/${pkg}_"*.deb
+}
+
 # --- containerd 2.x from Debian sid -------------------------------------------------------
 # Pinned to the major.minor the suite is tested on; a newer 2.x minor is taken too (and said
 # so), anything else stops with a clear message.
 CONTAINERD_SID_MIN_MINOR=1
 
 # ensure_containerd_sid — make $CONTAINERD_SID_DIR/current hold sid's containerd 2.x
-# (containerd, containerd-shim-runc-v2, ctr), fetched with `apt-get download` through an apt
-# state of our own (the system's sources, lists and cache are untouched) and unpacked with
-# dpkg-deb -x. runc stays bookworm's: sid's needs glibc 2.38. Reruns reuse what is there;
-# CRILET_REFRESH_SID=1 looks for a newer package.
+# (containerd, containerd-shim-runc-v2, ctr), unpacked from sid's package (above). runc stays
+# bookworm's: sid's needs glibc 2.38. Reruns reuse what is there; CRILET_REFRESH_SID=1 looks
+# for a newer package.
 ensure_containerd_sid() {
     if [ -x "$CONTAINERD_SID_DIR/current/usr/bin/containerd" ] && [ "${CRILET_REFRESH_SID:-0}" != 1 ]; then
         return 0
     fi
-    local apt="$CONTAINERD_SID_DIR/apt" version best="" v major minor
-    mkdir -p "$apt/lists/partial" "$apt/archives/partial" "$apt/cache"
-    echo "deb http://deb.debian.org/debian sid main" >"$apt/sources.list"
-    local opts=(-o "Dir::Etc::SourceList=$apt/sources.list" -o Dir::Etc::SourceParts=/dev/null
-        -o "Dir::State::Lists=$apt/lists" -o "Dir::Cache=$apt/cache"
-        -o "Dir::Cache::Archives=$apt/archives" -o Dir::State::status=/dev/null)
-    log "looking up containerd 2.x in Debian sid (private apt state in $apt)"
-    apt-get "${opts[@]}" update -q >"$apt/update.log" 2>&1 ||
-        die "apt-get update for Debian sid failed; see $apt/update.log"
-    # Highest 2.x with minor >= CONTAINERD_SID_MIN_MINOR among the versions sid offers.
-    for v in $(apt-cache "${opts[@]}" show containerd 2>/dev/null | awk '/^Version:/ {print $2}'); do
-        major="${v%%.*}"; minor="${v#*.}"; minor="${minor%%.*}"
-        [ "$major" = 2 ] && [ "$minor" -ge "$CONTAINERD_SID_MIN_MINOR" ] 2>/dev/null || continue
-        if [ -z "$best" ] || dpkg --compare-versions "$v" gt "$best"; then best="$v"; fi
-    done
-    [ -n "$best" ] || die "Debian sid no longer offers containerd 2.$CONTAINERD_SID_MIN_MINOR or a newer 2.x" \
-        "(it has: $(apt-cache "${opts[@]}" show containerd 2>/dev/null | awk '/^Version:/ {printf "%s ", $2}'))." \
-        "Use CRILET_RUNTIME=1.6, or adapt CONTAINERD_SID_MIN_MINOR in hack/lib.sh."
-    version="$best"
+    local version minor
+    log "looking up containerd 2.x in Debian sid"
+    # Always a fresh index: a cached one may name a version the archive no longer serves.
+    sid_update
+    # The highest 2.x; its minor must be at least CONTAINERD_SID_MIN_MINOR.
+    version="$(sid_highest containerd '2.*')"
+    minor="${version#*.}"; minor="${minor%%.*}"
+    [ -n "$version" ] && [ "$minor" -ge "$CONTAINERD_SID_MIN_MINOR" ] 2>/dev/null ||
+        die "Debian sid no longer offers containerd 2.$CONTAINERD_SID_MIN_MINOR or a newer 2.x" \
+            "(it has: $(sid_versions containerd | tr '\n' ' '))." \
+            "Use CRILET_RUNTIME=1.6, or adapt CONTAINERD_SID_MIN_MINOR in hack/lib.sh."
     case "$version" in
         2."$CONTAINERD_SID_MIN_MINOR".*) ;;
         *) warn "sid has containerd $version, newer than the 2.$CONTAINERD_SID_MIN_MINOR the suite is tested on; using it" ;;
     esac
     local dest="$CONTAINERD_SID_DIR/$version"
-    if [ ! -x "$dest/usr/bin/containerd" ]; then
-        rm -f "$apt/archives/"containerd_*.deb
-        (cd "$apt/archives" && apt-get "${opts[@]}" download -q "containerd=$version" >"$apt/download.log" 2>&1) ||
-            die "apt-get download containerd=$version failed; see $apt/download.log"
-        rm -rf "$dest.tmp"
-        dpkg-deb -x "$apt/archives/"containerd_*.deb "$dest.tmp"
-        mv "$dest.tmp" "$dest"
-    fi
+    [ -x "$dest/usr/bin/containerd" ] || sid_unpack containerd "$version" "$dest"
     ln -sfn "$version" "$CONTAINERD_SID_DIR/current"
     "$dest/usr/bin/containerd" --version >/dev/null ||
         die "sid's containerd $version does not run on this machine"
