@@ -150,9 +150,13 @@ KUBECTL_DEB_VERSION=1.36.4+ds-1
 # with teardown.sh --all, which deletes all of /var/lib/crilet-dev).
 K8S_DIR="$CRILET_DEV/k8s"
 K8S_BIN_DIR="$K8S_DIR/$K8S_VERSION/bin"
+K8S_MODULE=k8s.io/kubernetes
 K8S_WRAPPER_DIR="$K8S_DIR/$K8S_VERSION/wrapper"
+K8S_BUILD_LOG="$LOG_DIR/cluster-build.log"
 K8S_GOENV=(GOPATH="$K8S_DIR/go" GOCACHE="$K8S_DIR/go/cache" GOMODCACHE="$K8S_DIR/go/mod"
     GOTOOLCHAIN=local GOFLAGS="-buildvcs=false" CGO_ENABLED=0)
+# k8s_go runs go at this niceness (hack/e2e.sh's long builds: 10).
+K8S_GO_NICE=0
 K8S_SID_DIR="$K8S_DIR/sid"
 ETCD_BIN="$K8S_SID_DIR/etcd-server-$ETCD_VERSION/usr/bin/etcd"
 KUBECTL_BIN="$K8S_SID_DIR/kubectl-$KUBECTL_DEB_VERSION/usr/bin/kubectl"
@@ -715,6 +719,129 @@ ensure_containerd_go() {
     mv "$bin.tmp" "$bin"
     "$bin/containerd" --version >/dev/null || die "the containerd built in $bin does not run"
     log "built $("$bin/containerd" --version) into $bin (runc stays the system's)"
+}
+
+# --- Go wrapper modules ----------------------------------------------------------------------
+# A wrapper module is a module outside the repository that requires the module we build and
+# fixes what Go ignores in a dependency's go.mod (its replaces); its tools.go imports what is
+# built, so that `go mod tidy` keeps their dependencies. Generated once: callers skip it while
+# DIR/.tidy-done (written after a finished tidy) is there.
+
+# go_wrapper_module [--go-sum FILE] GO DIR LOG WHAT IMPORT... < GO.MOD — (re)write DIR: go.mod
+# from stdin (FILE copied as go.sum: a head start for the tidy), a tools.go that "pins WHAT"
+# and imports each IMPORT; then `GO mod tidy` (GO: a function such as k8s_go; output in LOG).
+go_wrapper_module() {
+    local go_sum=""
+    if [ "$1" = --go-sum ]; then go_sum="$2"; shift 2; fi
+    local go="$1" dir="$2" log_file="$3" what="$4"
+    shift 4
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    cat >"$dir/go.mod"
+    [ -z "$go_sum" ] || cp "$go_sum" "$dir/go.sum"
+    {
+        echo "//go:build tools"
+        echo
+        echo "// Package tools pins $what (go mod tidy keeps their deps)."
+        echo "package tools"
+        echo
+        echo "import ("
+        printf '\t_ "%s"\n' "$@"
+        echo ")"
+    } >"$dir/tools.go"
+    log "running go mod tidy in $dir (log $log_file)"
+    (cd "$dir" && VERBOSE_LOG="$log_file" quietly "$go" mod tidy) ||
+        die "go mod tidy in $dir failed; see $log_file"
+    touch "$dir/.tidy-done"
+}
+
+# go_wrapper_build GO DIR LOG OUT PKG GOCMD [FLAG...] — `GO GOCMD FLAG... -o OUT PKG` in the
+# wrapper module DIR (output in LOG), through OUT.tmp: a failed build leaves no OUT.
+go_wrapper_build() {
+    local go="$1" dir="$2" log_file="$3" out="$4" pkg="$5"
+    shift 5
+    rm -f "$out.tmp"
+    (cd "$dir" && VERBOSE_LOG="$log_file" quietly "$go" "$@" -o "$out.tmp" "$pkg") ||
+        die "building $(basename "$out") failed; see $log_file"
+    mv -f "$out.tmp" "$out"
+}
+
+# --- Kubernetes from its Go module (hack/cluster.sh builds, hack/e2e.sh builds on it) ---------
+k8s_go() { env "${K8S_GOENV[@]}" nice -n "$K8S_GO_NICE" go "$@"; }
+
+# k8s_built NAME — $K8S_BIN_DIR/NAME is there and reports the pinned version.
+k8s_built() {
+    [ -x "$K8S_BIN_DIR/$1" ] && [ "$("$K8S_BIN_DIR/$1" --version 2>/dev/null)" = "Kubernetes $K8S_VERSION" ]
+}
+
+# k8s_ldflags — the linker flags of a Kubernetes binary: without the -X flags /version says
+# v0.0.0-master.
+k8s_ldflags() {
+    local ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION"
+    ldflags+=" -X k8s.io/component-base/version.gitMajor=$(cut -d. -f1 <<<"${K8S_VERSION#v}")"
+    ldflags+=" -X k8s.io/component-base/version.gitMinor=$(cut -d. -f2 <<<"$K8S_VERSION")"
+    ldflags+=" -X k8s.io/component-base/version.gitTreeState=clean"
+    echo "$ldflags"
+}
+
+# k8s_wrapper — $K8S_WRAPPER_DIR, the wrapper module that requires k8s.io/kubernetes at the
+# pinned version. Its go.mod pins every staging module at v0.0.0 with `=> ./staging/...`
+# replaces, which Go ignores in a dependency: the wrapper replaces each of them with the
+# staging module's published release instead. tools.go imports every command we may build, so
+# one tidy serves `hack/cluster.sh build` and `build kubelet`.
+k8s_wrapper() {
+    local gomod replaces n
+    [ -f "$K8S_WRAPPER_DIR/.tidy-done" ] && return 0
+    gomod="$(k8s_go mod download -json "$K8S_MODULE@$K8S_VERSION" 2>>"$K8S_BUILD_LOG" | jq -r '.GoMod // empty')" ||
+        die "go mod download $K8S_MODULE@$K8S_VERSION failed; see $K8S_BUILD_LOG"
+    [ -s "$gomod" ] || die "go mod download gave no go.mod for $K8S_MODULE@$K8S_VERSION; see $K8S_BUILD_LOG"
+    replaces="$(sed -n 's#^[[:space:]]*\(k8s\.io/[^[:space:]]*\)[[:space:]]*=>[[:space:]]*\./staging/src/k8s\.io/.*#\t\1 => \1 '"$K8S_STAGING_VERSION"'#p' "$gomod")"
+    n="$(grep -c . <<<"$replaces" || true)"
+    [ "$n" -gt 0 ] || die "no staging replaces found in $gomod"
+    log "generating the wrapper module for $K8S_MODULE $K8S_VERSION in $K8S_WRAPPER_DIR ($n staging replaces)"
+    go_wrapper_module k8s_go "$K8S_WRAPPER_DIR" "$K8S_BUILD_LOG" "the commands hack/cluster.sh builds" \
+        "$K8S_MODULE"/cmd/{kube-apiserver,kube-controller-manager,kube-scheduler,kubelet} <<EOF
+// Generated by hack/cluster.sh: builds $K8S_MODULE $K8S_VERSION's commands. Rewritten when missing.
+module crilet.dev/k8s-build
+
+$(# The go line and the godebug settings (one line or a block) of the upstream module.
+    awk '/^go [0-9]/' "$gomod"
+    awk '/^godebug \(/ {b=1} b {print} b && /^\)/ {b=0; next} /^godebug [^(]/ {print}' "$gomod")
+
+require $K8S_MODULE $K8S_VERSION
+
+replace (
+$replaces
+)
+EOF
+}
+
+# build_k8s CMD... — build each of Kubernetes' commands CMD (cmd/CMD) not yet built at the
+# pinned version into $K8S_BIN_DIR, through $K8S_WRAPPER_DIR.
+build_k8s() {
+    local cmd todo=() t0 t ldflags
+    for cmd in "$@"; do k8s_built "$cmd" || todo+=("$cmd"); done
+    if [ "${#todo[@]}" = 0 ]; then
+        log "Kubernetes $K8S_VERSION already built: $* ($K8S_BIN_DIR)"
+        return 0
+    fi
+    command -v go >/dev/null || die "go is not installed (needed to build Kubernetes)"
+    command -v jq >/dev/null || die "jq is not installed (run hack/setup.sh)"
+    mkdir -p "$LOG_DIR" "$K8S_BIN_DIR"
+    printf '\n[%s] building %s\n' "$(date +%H:%M:%S)" "${todo[*]}" >>"$K8S_BUILD_LOG"
+    t0=$SECONDS
+    k8s_wrapper
+    ldflags="$(k8s_ldflags)"
+    for cmd in "${todo[@]}"; do
+        log "building $cmd $K8S_VERSION (log $K8S_BUILD_LOG$([ "$cmd" = kube-apiserver ] && echo '; cold: 8-17 min on 2 cores'))"
+        t=$SECONDS
+        go_wrapper_build k8s_go "$K8S_WRAPPER_DIR" "$K8S_BUILD_LOG" "$K8S_BIN_DIR/$cmd" "$K8S_MODULE/cmd/$cmd" \
+            build -trimpath -tags selinux,notest -ldflags "$ldflags"
+        k8s_built "$cmd" ||
+            die "$K8S_BIN_DIR/$cmd does not report Kubernetes $K8S_VERSION: $("$K8S_BIN_DIR/$cmd" --version 2>&1 | head -n1)"
+        log "built $cmd $K8S_VERSION in $((SECONDS - t))s"
+    done
+    log "Kubernetes $K8S_VERSION built in $((SECONDS - t0))s: ${todo[*]} ($K8S_BIN_DIR)"
 }
 
 # check_prerequisites — what demo.sh and test.sh need before they install or start anything:
