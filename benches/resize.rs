@@ -36,11 +36,9 @@
 //! Needs the environment of `hack/setup.sh`. Run: `cargo bench --profile dev --bench resize`, or
 //! `hack/bench-resize.sh`. Resizes per series: CRILET_BENCH_RESIZES (default 10).
 
-use std::collections::HashMap;
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -67,12 +65,6 @@ const SETTLE: Duration = Duration::from_secs(1);
 const MI: i64 = 1024 * 1024;
 /// The memory limit the pods start with (Mi).
 const START_MI: i64 = 64;
-
-fn dev_env() -> HashMap<String, String> {
-    let text =
-        std::fs::read_to_string("/run/crilet-dev/env").expect("/run/crilet-dev/env: run hack/setup.sh first");
-    text.lines().filter_map(|l| l.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect()
-}
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
@@ -234,29 +226,13 @@ async fn raw_once(ctx: &Ctx, raw: &Raw, i: usize) -> (Duration, Duration) {
 // crilet.
 
 fn start_agent(ctx: &Ctx) {
-    let bin = env!("CARGO_BIN_EXE_crilet");
-    let log = std::fs::File::create(ctx.dir.join("crilet.log")).expect("agent log");
-    let child = Command::new(bin)
-        .args(["run", "--container-runtime-endpoint", &ctx.endpoint, "--pod-manifest-path"])
-        .arg(&ctx.manifests)
-        .arg("--root-dir")
-        .arg(ctx.dir.join("agent/root"))
-        .arg("--pod-logs-dir")
-        .arg(ctx.dir.join("agent/logs"))
-        .args(["--container-logs-dir", ""])
-        .arg("--control-socket")
-        .arg(&ctx.socket)
-        .args(["--node-name", "bench-resize"])
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log)
-        // Its own process group: a Ctrl-C of the benchmark must not reach it before the cleanup
-        // has had it remove its pod.
-        .process_group(0)
-        .spawn()
-        .expect("spawn crilet");
-    *ctx.left.agent.lock().unwrap() = Some(child);
+    let mut cmd = testkit::AgentCmd::in_dir(env!("CARGO_BIN_EXE_crilet"), &ctx.endpoint, &ctx.dir);
+    cmd.manifests = ctx.manifests.clone();
+    cmd.root = ctx.dir.join("agent/root");
+    cmd.pod_logs = ctx.dir.join("agent/logs");
+    cmd.socket = ctx.socket.clone();
+    cmd.node_name = Some("bench-resize".into());
+    *ctx.left.agent.lock().unwrap() = Some(cmd.spawn());
 }
 
 async fn agent_version(socket: &Path) -> Option<VersionResponse> {
@@ -266,23 +242,17 @@ async fn agent_version(socket: &Path) -> Option<VersionResponse> {
 
 fn check_agent_alive(ctx: &Ctx) {
     if let Some(agent) = ctx.left.agent.lock().unwrap().as_mut() {
-        if let Ok(Some(status)) = agent.try_wait() {
-            panic!("crilet exited ({status}); see its log below");
-        }
+        testkit::assert_alive(agent, "crilet", "its log below");
     }
 }
 
 /// Waits until the agent answers on its control socket.
 async fn wait_agent(ctx: &Ctx) -> VersionResponse {
-    let deadline = Instant::now() + WAIT;
-    loop {
+    testkit::wait_until("crilet to answer", WAIT, Duration::from_millis(50), || async {
         check_agent_alive(ctx);
-        if let Some(v) = agent_version(&ctx.socket).await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "crilet did not answer in time");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        agent_version(&ctx.socket).await
+    })
+    .await
 }
 
 /// crilet's running container `main`: (pod UID, container ID), if there is one.
@@ -497,25 +467,12 @@ async fn cleanup(ctx: &Ctx) {
         }
     }
     let child = ctx.left.agent.lock().unwrap().take();
-    if let Some(mut child) = child {
+    if let Some(child) = child {
         // Give the agent the chance to terminate its pod itself.
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while Instant::now() < deadline && matches!(child.try_wait(), Ok(None)) {
-            match ctx.cri.list_all(Some((keys::POD_NAMESPACE, NS))).await {
-                Ok((s, _)) if s.is_empty() => break,
-                _ => tokio::time::sleep(Duration::from_millis(200)).await,
-            }
-        }
-        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while Instant::now() < deadline && matches!(child.try_wait(), Ok(None)) {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        if matches!(child.try_wait(), Ok(None)) {
-            let _ = child.kill();
-        }
-        let _ = child.wait();
+        testkit::stop_when_done(child, Duration::from_secs(60), || async {
+            matches!(ctx.cri.list_all(Some((keys::POD_NAMESPACE, NS))).await, Ok((s, _)) if s.is_empty())
+        })
+        .await;
     }
     force_remove(&ctx.cri).await;
     let raw_uid = ctx.left.raw_uid.lock().unwrap().take();
@@ -572,18 +529,17 @@ async fn force_remove(cri: &CriClient) -> usize {
 }
 
 async fn wait_runtime(cri: &CriClient) {
-    let deadline = Instant::now() + WAIT;
-    while cri.version().await.is_err() {
-        assert!(Instant::now() < deadline, "the runtime did not answer");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    testkit::wait_until("the runtime to answer", WAIT, Duration::from_millis(100), || async {
+        cri.version().await.ok().map(drop)
+    })
+    .await;
 }
 
 #[tokio::main]
 async fn main() {
-    let env = dev_env();
-    let endpoint = env["CRILET_CONTAINERD_ENDPOINT"].clone();
-    let image = env["CRILET_IMAGE_BUSYBOX"].clone();
+    let env = testkit::EnvFile::load(testkit::MAIN_ENV_FILE, "run hack/setup.sh first");
+    let endpoint = env.endpoint();
+    let image = env.get("CRILET_IMAGE_BUSYBOX");
     let n: usize =
         std::env::var("CRILET_BENCH_RESIZES").ok().and_then(|v| v.parse().ok()).unwrap_or(10).max(1);
     let cri = CriClient::new(&endpoint, &endpoint).expect("CRI client");
@@ -629,12 +585,7 @@ async fn main() {
         }
     };
     if result.is_err() {
-        let log = std::fs::read_to_string(ctx.dir.join("crilet.log")).unwrap_or_default();
-        let tail: Vec<&str> = log.lines().rev().take(30).collect();
-        eprintln!("--- last lines of the agent's log ---");
-        for l in tail.iter().rev() {
-            eprintln!("{l}");
-        }
+        testkit::print_last_lines("last lines of the agent's log", &ctx.dir.join("crilet.log"), 30);
     }
     eprintln!("cleaning up");
     cleanup(&ctx).await;

@@ -35,9 +35,8 @@
 
 use std::collections::HashMap;
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -63,12 +62,6 @@ const CRI_POLL: Duration = Duration::from_millis(100);
 const STATUS_POLL: Duration = Duration::from_millis(10);
 /// How long the containerd outage lasts.
 const OUTAGE: Duration = Duration::from_secs(8);
-
-fn dev_env() -> HashMap<String, String> {
-    let text =
-        std::fs::read_to_string("/run/crilet-dev/env").expect("/run/crilet-dev/env: run hack/setup.sh first");
-    text.lines().filter_map(|l| l.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect()
-}
 
 fn now_ns() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).expect("clock").as_nanos() as i64
@@ -239,29 +232,14 @@ fn write_manifest(dir: &Path, name: &str, text: &str) {
 
 fn start_agent(ctx: &Ctx) {
     // CRILET_BENCH_BIN: the binary to measure (hack/bench.sh passes the release build).
-    let bin = std::env::var("CRILET_BENCH_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_crilet").to_string());
-    let log = std::fs::File::create(ctx.dir.join("crilet.log")).expect("agent log");
-    let child = Command::new(bin)
-        .args(["run", "--container-runtime-endpoint", &ctx.endpoint, "--pod-manifest-path"])
-        .arg(&ctx.manifests)
-        .arg("--root-dir")
-        .arg(ctx.dir.join("agent/root"))
-        .arg("--pod-logs-dir")
-        .arg(ctx.dir.join("agent/logs"))
-        .args(["--container-logs-dir", ""])
-        .arg("--control-socket")
-        .arg(&ctx.socket)
-        .args(["--node-name", "bench-restart"])
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log)
-        // Its own process group: a Ctrl-C of the benchmark must not reach it before the cleanup
-        // has had it remove its pods.
-        .process_group(0)
-        .spawn()
-        .expect("spawn crilet");
-    *ctx.left.agent.lock().unwrap() = Some(child);
+    let mut cmd =
+        testkit::AgentCmd::in_dir(testkit::bench_bin(env!("CARGO_BIN_EXE_crilet")), &ctx.endpoint, &ctx.dir);
+    cmd.manifests = ctx.manifests.clone();
+    cmd.root = ctx.dir.join("agent/root");
+    cmd.pod_logs = ctx.dir.join("agent/logs");
+    cmd.socket = ctx.socket.clone();
+    cmd.node_name = Some("bench-restart".into());
+    *ctx.left.agent.lock().unwrap() = Some(cmd.spawn());
 }
 
 async fn agent_version(socket: &Path) -> Option<VersionResponse> {
@@ -271,21 +249,14 @@ async fn agent_version(socket: &Path) -> Option<VersionResponse> {
 
 /// Waits until the agent answers and its PLEG mode is `want` (any mode when None).
 async fn wait_agent(ctx: &Ctx, want: Option<&str>) -> VersionResponse {
-    let deadline = Instant::now() + WAIT;
-    loop {
+    let what = format!("crilet to answer (mode {want:?})");
+    testkit::wait_until(&what, WAIT, Duration::from_millis(50), || async {
         if let Some(agent) = ctx.left.agent.lock().unwrap().as_mut() {
-            if let Ok(Some(status)) = agent.try_wait() {
-                panic!("crilet exited ({status}); see its log above");
-            }
+            testkit::assert_alive(agent, "crilet", "its log above");
         }
-        if let Some(v) = agent_version(&ctx.socket).await {
-            if want.is_none_or(|m| v.pleg_mode == m) {
-                return v;
-            }
-        }
-        assert!(Instant::now() < deadline, "crilet did not answer (mode {want:?}) in time");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        agent_version(&ctx.socket).await.filter(|v| want.is_none_or(|m| v.pleg_mode == m))
+    })
+    .await
 }
 
 fn mode_line(v: &VersionResponse) -> String {
@@ -479,11 +450,10 @@ async fn containerd_script(repo: &Path, what: &str) {
 }
 
 async fn wait_runtime(cri: &CriClient) {
-    let deadline = Instant::now() + WAIT;
-    while cri.version().await.is_err() {
-        assert!(Instant::now() < deadline, "the runtime did not answer");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    testkit::wait_until("the runtime to answer", WAIT, Duration::from_millis(100), || async {
+        cri.version().await.ok().map(drop)
+    })
+    .await;
 }
 
 /// Stops containerd for OUTAGE and starts it again; returns how long after the start crilet
@@ -620,25 +590,12 @@ async fn cleanup(ctx: &Ctx) {
         }
     }
     let child = ctx.left.agent.lock().unwrap().take();
-    if let Some(mut child) = child {
+    if let Some(child) = child {
         // Give the agent the chance to terminate its pods itself.
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while Instant::now() < deadline && matches!(child.try_wait(), Ok(None)) {
-            match ctx.cri.list_all(Some((keys::POD_NAMESPACE, NS))).await {
-                Ok((s, _)) if s.is_empty() => break,
-                _ => tokio::time::sleep(Duration::from_millis(200)).await,
-            }
-        }
-        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while Instant::now() < deadline && matches!(child.try_wait(), Ok(None)) {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        if matches!(child.try_wait(), Ok(None)) {
-            let _ = child.kill();
-        }
-        let _ = child.wait();
+        testkit::stop_when_done(child, Duration::from_secs(60), || async {
+            matches!(ctx.cri.list_all(Some((keys::POD_NAMESPACE, NS))).await, Ok((s, _)) if s.is_empty())
+        })
+        .await;
     }
     force_remove(&ctx.cri).await;
     // Say so when something is left (the runtime may be down right now, e.g. restarted by
@@ -676,9 +633,9 @@ async fn force_remove(cri: &CriClient) -> usize {
 
 #[tokio::main]
 async fn main() {
-    let env = dev_env();
-    let endpoint = env["CRILET_CONTAINERD_ENDPOINT"].clone();
-    let image = env["CRILET_IMAGE_BUSYBOX"].clone();
+    let env = testkit::EnvFile::load(testkit::MAIN_ENV_FILE, "run hack/setup.sh first");
+    let endpoint = env.endpoint();
+    let image = env.get("CRILET_IMAGE_BUSYBOX");
     let n: usize =
         std::env::var("CRILET_BENCH_RESTARTS").ok().and_then(|v| v.parse().ok()).unwrap_or(8).max(1);
     let outage_wanted = std::env::var("CRILET_BENCH_OUTAGE").is_ok_and(|v| v == "1");
@@ -728,12 +685,7 @@ async fn main() {
         }
     };
     if result.is_err() {
-        let log = std::fs::read_to_string(ctx.dir.join("crilet.log")).unwrap_or_default();
-        let tail: Vec<&str> = log.lines().rev().take(30).collect();
-        eprintln!("--- last lines of the agent's log ---");
-        for l in tail.iter().rev() {
-            eprintln!("{l}");
-        }
+        testkit::print_last_lines("last lines of the agent's log", &ctx.dir.join("crilet.log"), 30);
     }
     eprintln!("cleaning up");
     cleanup(&ctx).await;

@@ -398,25 +398,16 @@ async fn rotation_bounds_the_log_and_loses_nothing() {
 fn run_briefly(args: &[String]) -> (bool, String) {
     let dir = PathBuf::from("/var/lib/crilet-dev/tests/logrot-flags");
     std::fs::create_dir_all(&dir).expect("mkdir");
-    let mut child = Command::new(bin())
-        .arg("run")
-        .args([
-            "--container-runtime-endpoint",
-            "unix:///nonexistent/crilet-logrot.sock",
-            "--pod-manifest-path",
-        ])
-        .arg(dir.join("m"))
-        .arg("--root-dir")
-        .arg(dir.join("r"))
-        .arg("--pod-logs-dir")
-        .arg(dir.join("l"))
-        .arg("--control-socket")
-        .arg(dir.join("s.sock"))
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run crilet");
+    let mut cmd = testkit::AgentCmd::in_dir(bin(), "unix:///nonexistent/crilet-logrot.sock", &dir);
+    cmd.manifests = dir.join("m");
+    cmd.root = dir.join("r");
+    cmd.pod_logs = dir.join("l");
+    cmd.socket = dir.join("s.sock");
+    // The flags under test alone, and the caller's RUST_LOG: stderr is what is checked.
+    cmd.container_logs = None;
+    cmd.rust_log = None;
+    cmd.args = args.to_vec();
+    let mut child = cmd.command().stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("run crilet");
     let start = Instant::now();
     let status = loop {
         if let Some(status) = child.try_wait().expect("wait crilet") {

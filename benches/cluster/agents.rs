@@ -5,10 +5,9 @@
 //! They never run at the same time: the kubelet kills every running pod of the runtime that it
 //! does not know (its orphan cleanup), crilet's included.
 
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Child, Command};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
@@ -49,11 +48,11 @@ pub struct Agent {
 
 /// A node identity written by `hack/cluster.sh node NAME` (its env file).
 fn identity(env: &Env, node: &str) -> std::collections::HashMap<String, String> {
-    let path = env.nodes_dir.join(node).join("env");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!("{}: {e} (hack/bench-cluster.sh writes the node identities)", path.display())
-    });
-    text.lines().filter_map(|l| l.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    testkit::EnvFile::load(
+        env.nodes_dir.join(node).join("env"),
+        "hack/bench-cluster.sh writes the node identities",
+    )
+    .vars
 }
 
 /// The kubelet's configuration: loopback only, its node's certificates, and the benchmark
@@ -98,9 +97,8 @@ impl Agent {
         }
         std::fs::create_dir_all(&dir).expect("mkdir agent dir");
         let log = dir.join(format!("{}.log", kind.label()));
-        let out = std::fs::File::create(&log).expect("agent log");
         let id = identity(env, kind.node());
-        let mut cmd = match kind {
+        let child = match kind {
             Kind::Kubelet => {
                 crate::host::note_kube_chains();
                 cgroup_root(true);
@@ -114,58 +112,50 @@ impl Agent {
                     .arg("--root-dir")
                     .arg(dir.join("root"))
                     .args(["--hostname-override", kind.node(), "--v", "1"]);
-                c
+                // Its own process group: a Ctrl-C of the benchmark reaches only the benchmark,
+                // whose cleanup removes the pods before it stops the agent.
+                testkit::spawn_logged(c, &log, true, true)
             }
             Kind::Crilet => {
-                let manifests = dir.join("manifests");
-                std::fs::create_dir_all(&manifests).expect("mkdir manifests");
-                let mut c = Command::new(&env.crilet_bin);
-                c.args(["run", "--container-runtime-endpoint", &env.endpoint, "--pod-manifest-path"])
-                    .arg(&manifests)
-                    .arg("--root-dir")
-                    .arg(dir.join("root"))
-                    .arg("--pod-logs-dir")
-                    .arg(dir.join("logs"))
-                    .args(["--container-logs-dir", ""])
-                    .arg("--control-socket")
-                    .arg(dir.join("crilet.sock"))
-                    .args(["--node-name", kind.node(), "--node-ip", "127.0.0.1", "--port"])
-                    .arg(CRILET_PORT.to_string())
-                    .arg("--kubeconfig")
-                    .arg(&id["CRILET_NODE_KUBECONFIG"])
-                    .arg("--tls-cert-file")
-                    .arg(&id["CRILET_NODE_TLS_CERT"])
-                    .arg("--tls-private-key-file")
-                    .arg(&id["CRILET_NODE_TLS_KEY"])
-                    .arg("--client-ca-file")
-                    .arg(&id["CRILET_CLUSTER_CA"])
-                    .env("RUST_LOG", "info");
-                c
+                let mut c = testkit::AgentCmd::in_dir(&env.crilet_bin, &env.endpoint, &dir);
+                std::fs::create_dir_all(&c.manifests).expect("mkdir manifests");
+                c.node_name = Some(kind.node().into());
+                c.args = [
+                    "--node-ip",
+                    "127.0.0.1",
+                    "--port",
+                    &CRILET_PORT.to_string(),
+                    "--kubeconfig",
+                    &id["CRILET_NODE_KUBECONFIG"],
+                    "--tls-cert-file",
+                    &id["CRILET_NODE_TLS_CERT"],
+                    "--tls-private-key-file",
+                    &id["CRILET_NODE_TLS_KEY"],
+                    "--client-ca-file",
+                    &id["CRILET_CLUSTER_CA"],
+                ]
+                .map(String::from)
+                .to_vec();
+                c.log = log.clone();
+                c.stdout_to_log = true;
+                // Its own process group (AgentCmd's default), as the kubelet's.
+                c.spawn()
             }
         };
-        // Its own process group: a Ctrl-C of the benchmark reaches only the benchmark, whose
-        // cleanup removes the pods before it stops the agent.
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().expect("log fd"))
-            .stderr(out)
-            .process_group(0)
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting the {}: {e}", kind.label()));
         eprintln!("  {} pid {} (log {})", kind.label(), child.id(), log.display());
         Agent { kind, pid: child.id(), log, child: Some(child) }
     }
 
     /// Waits until the Node is Ready and carries no not-ready/unreachable taint.
     pub async fn wait_ready(&mut self, nodes: &Api<Node>) {
-        let deadline = Instant::now() + Duration::from_secs(180);
-        loop {
-            if let Some(child) = self.child.as_mut() {
-                if let Ok(Some(status)) = child.try_wait() {
-                    panic!("the {} exited ({status}); see {}", self.kind.label(), self.log.display());
-                }
+        let (kind, log, child) = (self.kind, &self.log, &mut self.child);
+        let what = format!("node {} to be Ready and untainted (see {})", kind.node(), log.display());
+        testkit::wait_until(&what, Duration::from_secs(180), Duration::from_millis(200), || {
+            if let Some(child) = child.as_mut() {
+                testkit::assert_alive(child, &format!("the {}", kind.label()), &log.display().to_string());
             }
-            if let Ok(n) = nodes.get(self.kind.node()).await {
+            async move {
+                let n = nodes.get(kind.node()).await.ok()?;
                 let ready = n
                     .status
                     .as_ref()
@@ -176,18 +166,10 @@ impl Agent {
                         t.key == "node.kubernetes.io/not-ready" || t.key == "node.kubernetes.io/unreachable"
                     })
                 });
-                if ready && !tainted {
-                    return;
-                }
+                (ready && !tainted).then_some(())
             }
-            assert!(
-                Instant::now() < deadline,
-                "node {} not Ready and untainted after 180 s; see {}",
-                self.kind.node(),
-                self.log.display()
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        })
+        .await;
     }
 
     /// (VmRSS, VmHWM) in KiB.
@@ -225,11 +207,7 @@ impl Agent {
 impl Drop for Agent {
     fn drop(&mut self) {
         if let Some(mut child) = self.child.take() {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(child.id() as i32),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-            let _ = child.wait();
+            testkit::kill(&mut child);
         }
     }
 }

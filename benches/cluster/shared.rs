@@ -3,7 +3,7 @@
 //! runtime checks around the upstream kubelet (it kills every running pod it does not know).
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use kube::Client;
@@ -24,11 +24,8 @@ pub fn need(vars: &HashMap<String, String>, k: &str, script: &str) -> String {
 /// The variables of hack/setup.sh's and hack/cluster.sh's env files.
 pub fn env_files(script: &str) -> HashMap<String, String> {
     let mut vars = HashMap::new();
-    for f in ["/run/crilet-dev/env", "/run/crilet-dev/cluster/env"] {
-        let text = std::fs::read_to_string(f).unwrap_or_else(|e| panic!("{f}: {e} (run {script})"));
-        vars.extend(
-            text.lines().filter_map(|l| l.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())),
-        );
+    for f in [testkit::MAIN_ENV_FILE, testkit::CLUSTER_ENV_FILE] {
+        vars.extend(testkit::EnvFile::load(f, &format!("run {script}")).vars);
     }
     vars
 }
@@ -56,10 +53,10 @@ pub async fn ensure_namespace(client: &Client, ns: &str) -> Api<Namespace> {
         namespaces.create(&PostParams::default(), &obj).await.expect("create namespace");
     }
     let sa: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while sa.get_opt("default").await.ok().flatten().is_none() {
-        assert!(Instant::now() < deadline, "no default ServiceAccount in {ns}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let what = format!("the default ServiceAccount of {ns}");
+    testkit::wait_for(&what, Duration::from_secs(60), || async {
+        sa.get_opt("default").await.ok().flatten()
+    })
+    .await;
     namespaces
 }

@@ -3,9 +3,8 @@
 //! it costs (/proc/PID/status and /proc/PID/stat).
 
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -39,61 +38,39 @@ impl Agent {
         for d in [&dir, &manifests] {
             std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).expect("chmod");
         }
-        let socket = dir.join("crilet.sock");
-        let log = std::fs::File::create(dir.join("crilet.log")).expect("agent log");
         // CRILET_BENCH_BIN runs another build (e.g. an older commit's, for a before/after).
-        let bin =
-            std::env::var("CRILET_BENCH_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_crilet").to_string());
-        let child = Command::new(bin)
-            .args(["run", "--container-runtime-endpoint", endpoint, "--pod-manifest-path"])
-            .arg(&manifests)
-            .arg("--root-dir")
-            .arg(dir.join("root"))
-            .arg("--pod-logs-dir")
-            .arg(dir.join("logs"))
-            .args(["--container-logs-dir", ""])
-            .arg("--control-socket")
-            .arg(&socket)
-            .args(["--node-name", "bench-node"])
-            // CRILET_BENCH_AGENT_ARGS: more flags, split on whitespace (e.g. to join a cluster
-            // as node bench-node: --kubeconfig and the rest that cluster mode takes).
-            .args(std::env::var("CRILET_BENCH_AGENT_ARGS").unwrap_or_default().split_whitespace())
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            // Its own process group: a Ctrl-C of the benchmark must not reach it before the
-            // cleanup has had it remove its pods.
-            .process_group(0)
-            .spawn()
-            .expect("spawn crilet");
+        let mut cmd =
+            testkit::AgentCmd::in_dir(testkit::bench_bin(env!("CARGO_BIN_EXE_crilet")), endpoint, &dir);
+        cmd.node_name = Some("bench-node".into());
+        // CRILET_BENCH_AGENT_ARGS: more flags, split on whitespace (e.g. to join a cluster as
+        // node bench-node: --kubeconfig and the rest that cluster mode takes).
+        cmd.args = std::env::var("CRILET_BENCH_AGENT_ARGS")
+            .unwrap_or_default()
+            .split_whitespace()
+            .map(str::to_string)
+            .collect();
+        let child = cmd.spawn();
         let pid = child.id();
         *left.agent.lock().unwrap() = Some((child, manifests.clone()));
-        let agent = Agent { pid, dir, manifests, socket, left };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            agent.check_alive();
-            // crilet counts an event stream as followed once the call has stayed open a moment.
-            if let Some(v) = agent.version().await {
-                if !events || v.pleg_mode == "events" {
-                    eprintln!("  agent pid {pid} up, runtime changes: {}", v.pleg_mode);
-                    return agent;
-                }
-            }
-            assert!(
-                Instant::now() < deadline,
-                "crilet did not come up (see {}/crilet.log)",
-                agent.dir.display()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let agent = Agent { pid, dir, manifests, socket: cmd.socket, left };
+        // crilet counts an event stream as followed once the call has stayed open a moment.
+        let v = testkit::wait_until(
+            &format!("crilet to come up (see {}/crilet.log)", agent.dir.display()),
+            Duration::from_secs(60),
+            Duration::from_millis(20),
+            || async {
+                agent.check_alive();
+                agent.version().await.filter(|v| !events || v.pleg_mode == "events")
+            },
+        )
+        .await;
+        eprintln!("  agent pid {pid} up, runtime changes: {}", v.pleg_mode);
+        agent
     }
 
     fn check_alive(&self) {
         if let Some((child, _)) = self.left.agent.lock().unwrap().as_mut() {
-            if let Ok(Some(status)) = child.try_wait() {
-                panic!("crilet exited ({status}); see {}/crilet.log", self.dir.display());
-            }
+            testkit::assert_alive(child, "crilet", &format!("{}/crilet.log", self.dir.display()));
         }
     }
 
@@ -200,17 +177,8 @@ pub fn remove_manifests(dir: &Path) {
 }
 
 /// SIGTERM by PID, SIGKILL after 15 s.
-pub async fn stop_child(mut child: Child) {
-    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while Instant::now() < deadline && matches!(child.try_wait(), Ok(None)) {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    if matches!(child.try_wait(), Ok(None)) {
-        let _ = child.kill();
-    }
-    let _ = child.wait();
+pub async fn stop_child(child: Child) {
+    testkit::stop(child, Duration::from_secs(15)).await;
 }
 
 /// Sandboxes the runtime has in `namespace`.
@@ -220,9 +188,9 @@ pub async fn sandboxes(cri: &CriClient, namespace: &str) -> usize {
 
 /// Waits until no sandbox is left in `namespace`.
 pub async fn wait_gone(cri: &CriClient, namespace: &str, limit: Duration) {
-    let deadline = Instant::now() + limit;
-    while sandboxes(cri, namespace).await != 0 {
-        assert!(Instant::now() < deadline, "pods of {namespace} were not removed in {limit:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let what = format!("the pods of {namespace} to be removed");
+    testkit::wait_until(&what, limit, Duration::from_millis(50), || async {
+        (sandboxes(cri, namespace).await == 0).then_some(())
+    })
+    .await;
 }

@@ -9,11 +9,10 @@
 //! cleanup), so it runs only while no other pod does: it refuses to start otherwise.
 
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crilet::cri::CriClient;
 use crilet::cri::api;
@@ -90,44 +89,31 @@ impl Kubelet {
         std::fs::write(&config_path, config(endpoint, &dir, &manifests)).expect("kubelet config");
         crate::host::note_kube_chains();
         cgroup_root(true);
-        let log = std::fs::File::create(dir.join("kubelet.log")).expect("kubelet log");
-        let child = Command::new(bin)
-            .arg("--config")
-            .arg(&config_path)
-            .arg("--root-dir")
-            .arg(dir.join("root"))
-            .args(["--hostname-override", NODE, "--v", "1"])
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("log fd"))
-            .stderr(log)
-            // Its own process group, as crilet's: the cleanup stops it after its pods.
-            .process_group(0)
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting the kubelet ({}): {e}", bin.display()));
+        let mut cmd = Command::new(bin);
+        cmd.arg("--config").arg(&config_path).arg("--root-dir").arg(dir.join("root")).args([
+            "--hostname-override",
+            NODE,
+            "--v",
+            "1",
+        ]);
+        // Its own process group, as crilet's: the cleanup stops it after its pods.
+        let child = testkit::spawn_logged(cmd, &dir.join("kubelet.log"), true, true);
         let pid = child.id();
         *left.kubelet.lock().unwrap() = Some((child, dir.clone()));
         let kubelet = Kubelet { pid, dir, manifests, left };
-        let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
+        let what = format!("the kubelet to come up (see {}/kubelet.log)", kubelet.dir.display());
+        testkit::wait_until(&what, Duration::from_secs(120), Duration::from_millis(100), || async {
             kubelet.check_alive();
-            if get(HEALTHZ_PORT, "/healthz").await.is_some_and(|(status, _)| status == 200) {
-                eprintln!("  kubelet pid {pid} up (standalone, node {NODE})");
-                return kubelet;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the kubelet did not come up (see {}/kubelet.log)",
-                kubelet.dir.display()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+            get(HEALTHZ_PORT, "/healthz").await.filter(|(status, _)| *status == 200).map(drop)
+        })
+        .await;
+        eprintln!("  kubelet pid {pid} up (standalone, node {NODE})");
+        kubelet
     }
 
     fn check_alive(&self) {
         if let Some((child, _)) = self.left.kubelet.lock().unwrap().as_mut() {
-            if let Ok(Some(status)) = child.try_wait() {
-                panic!("the kubelet exited ({status}); see {}/kubelet.log", self.dir.display());
-            }
+            testkit::assert_alive(child, "the kubelet", &format!("{}/kubelet.log", self.dir.display()));
         }
     }
 
@@ -151,11 +137,13 @@ impl Kubelet {
     /// its mounts, cgroup root and directory.
     pub async fn stop(self, cri: &CriClient) {
         crate::agent::remove_manifests(&self.manifests);
-        let deadline = Instant::now() + Duration::from_secs(300);
-        while !running_pods_of(cri, KUBELET_NS).await.is_empty() {
-            assert!(Instant::now() < deadline, "the kubelet did not stop its pods in 300 s");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        testkit::wait_until(
+            "the kubelet to stop its pods",
+            Duration::from_secs(300),
+            Duration::from_millis(100),
+            || async { running_pods_of(cri, KUBELET_NS).await.is_empty().then_some(()) },
+        )
+        .await;
         stop(cri, &self.left).await;
     }
 }

@@ -51,7 +51,6 @@ mod scale;
 mod start;
 mod terminate;
 
-use std::collections::HashMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -103,12 +102,6 @@ pub const WAIT: Duration = Duration::from_secs(120);
 
 pub fn deadline() -> Instant {
     Instant::now() + WAIT
-}
-
-fn dev_env() -> HashMap<String, String> {
-    let text =
-        std::fs::read_to_string("/run/crilet-dev/env").expect("/run/crilet-dev/env: run hack/setup.sh first");
-    text.lines().filter_map(|l| l.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect()
 }
 
 fn selected() -> Vec<String> {
@@ -170,17 +163,13 @@ async fn force_remove(cri: &CriClient) -> usize {
 async fn cleanup(ctx: &Ctx) {
     kubelet::stop(&ctx.cri, &ctx.left).await;
     let taken = ctx.left.agent.lock().unwrap().take();
-    if let Some((mut child, manifests)) = taken {
+    if let Some((child, manifests)) = taken {
         agent::remove_manifests(&manifests);
         // Give the agent the chance to terminate its pods itself.
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while Instant::now() < deadline && matches!(child.try_wait(), Ok(None)) {
-            if agent::sandboxes(&ctx.cri, NS).await == 0 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-        agent::stop_child(child).await;
+        testkit::stop_when_done(child, Duration::from_secs(120), || async {
+            agent::sandboxes(&ctx.cri, NS).await == 0
+        })
+        .await;
     }
     force_remove(&ctx.cri).await;
     for ns in [NS, RAW_NS] {
@@ -194,9 +183,9 @@ async fn cleanup(ctx: &Ctx) {
 #[tokio::main]
 async fn main() {
     let which = selected();
-    let env = dev_env();
-    let endpoint = env["CRILET_CONTAINERD_ENDPOINT"].clone();
-    let image = env["CRILET_IMAGE_BUSYBOX"].clone();
+    let env = testkit::EnvFile::load(testkit::MAIN_ENV_FILE, "run hack/setup.sh first");
+    let endpoint = env.endpoint();
+    let image = env.get("CRILET_IMAGE_BUSYBOX");
     let cri = CriClient::new(&endpoint, &endpoint).expect("CRI client");
     let version = cri.version().await.expect("CRI Version: is the runtime up? (hack/setup.sh)");
     let stale = force_remove(&cri).await;
@@ -257,11 +246,10 @@ async fn main() {
 /// The last lines of each scenario agent's log (the temp dir goes with the cleanup).
 fn print_agent_logs(dir: &std::path::Path) {
     for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let Ok(log) = std::fs::read_to_string(e.path().join("crilet.log")) else { continue };
-        eprintln!("--- last lines of the agent log of {} ---", e.file_name().to_string_lossy());
-        let tail: Vec<&str> = log.lines().rev().take(30).collect();
-        for l in tail.iter().rev() {
-            eprintln!("{l}");
+        let log = e.path().join("crilet.log");
+        if log.is_file() {
+            let title = format!("last lines of the agent log of {}", e.file_name().to_string_lossy());
+            testkit::print_last_lines(&title, &log, 30);
         }
     }
 }

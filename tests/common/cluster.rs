@@ -9,35 +9,27 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
+use testkit::EnvFile;
 
 use super::{Agent, wait_for};
 
-const CLUSTER_ENV: &str = "/run/crilet-dev/cluster/env";
-
 /// The control plane, as the admin sees it.
 pub struct Cluster {
-    pub vars: HashMap<String, String>,
+    pub env: EnvFile,
 }
 
-fn read_env(path: &str) -> HashMap<String, String> {
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| {
-        panic!(
-            "{path} is missing ({e}): run `hack/cluster.sh` first (or the whole suite with `hack/test.sh`)"
-        )
-    });
-    text.lines()
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.trim().to_string(), v.trim().trim_matches('"').to_string()))
-        .collect()
+/// hack/cluster.sh's env files: the control plane's and the node identities'.
+fn read_env(path: &str) -> EnvFile {
+    EnvFile::load(path, "run `hack/cluster.sh` first (or the whole suite with `hack/test.sh`)")
 }
 
 impl Cluster {
     pub fn load() -> Cluster {
-        Cluster { vars: read_env(CLUSTER_ENV) }
+        Cluster { env: read_env(testkit::CLUSTER_ENV_FILE) }
     }
 
     pub fn get(&self, k: &str) -> String {
-        self.vars.get(k).cloned().unwrap_or_else(|| panic!("{k} missing from {CLUSTER_ENV}"))
+        self.env.get(k)
     }
 
     /// Runs kubectl as the admin, with `stdin` if given: (ok, stdout, stderr).
@@ -108,7 +100,7 @@ impl Cluster {
             "hack/cluster.sh node {name}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        read_env(&format!("{}/{name}/env", self.get("CRILET_CLUSTER_NODES_DIR")))
+        read_env(&format!("{}/{name}/env", self.get("CRILET_CLUSTER_NODES_DIR"))).vars
     }
 }
 

@@ -8,66 +8,45 @@ pub mod corpus;
 pub mod cri_proxy;
 pub mod traffic;
 
-use std::collections::HashMap;
-use std::future::Future;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use crilet::cri::CriClient;
 use crilet::model::keys;
 use serde_json::Value;
 
-const ENV_FILE: &str = "/run/crilet-dev/env";
+pub use testkit::{env_file, wait_for};
 
-/// The env file of the runtime under test: `CRILET_ENV_FILE` when set (hack/test.sh's 2.3 leg:
-/// `/run/crilet-dev/env-2.3`, the containerd beside the main environment), else the main one.
-pub fn env_file() -> String {
-    std::env::var("CRILET_ENV_FILE").ok().filter(|f| !f.is_empty()).unwrap_or_else(|| ENV_FILE.to_string())
+/// The test environment written by `hack/setup.sh`: the env file of the runtime under test
+/// ([`env_file`]: `CRILET_ENV_FILE`, else `/run/crilet-dev/env`), parsed by the test kit.
+pub struct Env(testkit::EnvFile);
+
+impl std::ops::Deref for Env {
+    type Target = testkit::EnvFile;
+    fn deref(&self) -> &testkit::EnvFile {
+        &self.0
+    }
 }
 
-/// The test environment written by `hack/setup.sh`.
-pub struct Env {
-    pub vars: HashMap<String, String>,
+impl std::ops::DerefMut for Env {
+    fn deref_mut(&mut self) -> &mut testkit::EnvFile {
+        &mut self.0
+    }
 }
 
 impl Env {
     pub fn load() -> Env {
-        let file = env_file();
-        let text = std::fs::read_to_string(&file).unwrap_or_else(|e| {
-            panic!(
-                "{file} is missing ({e}): run `hack/setup.sh` first (or the whole suite with `hack/test.sh`)"
-            )
-        });
-        let vars = text
-            .lines()
-            .filter_map(|l| l.split_once('='))
-            .map(|(k, v)| (k.trim().to_string(), v.trim().trim_matches('"').to_string()))
-            .collect();
-        Env { vars }
-    }
-
-    pub fn get(&self, k: &str) -> String {
-        self.vars.get(k).cloned().unwrap_or_else(|| panic!("{k} missing from {}", env_file()))
-    }
-
-    pub fn endpoint(&self) -> String {
-        self.get("CRILET_CONTAINERD_ENDPOINT")
+        Env(testkit::EnvFile::load(
+            env_file(),
+            "run `hack/setup.sh` first (or the whole suite with `hack/test.sh`)",
+        ))
     }
 
     pub fn cri(&self) -> CriClient {
         let e = self.endpoint();
         CriClient::new(&e, &e).expect("CRI client")
-    }
-
-    /// Replaces `${CRILET_…}` placeholders with the environment's values.
-    pub fn render(&self, text: &str) -> String {
-        let mut out = text.to_string();
-        for (k, v) in &self.vars {
-            out = out.replace(&format!("${{{k}}}"), v);
-        }
-        out
     }
 }
 
@@ -131,33 +110,25 @@ impl Agent {
 
     /// Starts the agent process (again).
     pub fn spawn(&mut self) {
-        let log =
-            std::fs::OpenOptions::new().create(true).append(true).open(&self.log_file).expect("log file");
-        let child = Command::new(bin())
-            .args(["run", "--container-runtime-endpoint", &self.env.endpoint()])
-            .arg("--pod-manifest-path")
-            .arg(&self.manifests)
-            .arg("--root-dir")
-            .arg(&self.root)
-            .arg("--pod-logs-dir")
-            .arg(&self.logs)
-            .arg("--container-logs-dir")
-            .arg(self.dir.join("containers"))
-            .arg("--control-socket")
-            .arg(&self.socket)
-            .args(if self.extra_args.iter().any(|a| a == "--node-name") {
-                &[][..]
-            } else {
-                &["--node-name", "crilet-test-node"][..]
-            })
-            .args(&self.extra_args)
-            .env("RUST_LOG", "info,crilet=debug,h2=warn,tower=warn,hyper=warn")
-            .envs(self.extra_env.iter().map(|(k, v)| (k, v)))
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn crilet");
-        self.child = Some(child);
+        let has_node_name = self.extra_args.iter().any(|a| a == "--node-name");
+        let cmd = testkit::AgentCmd {
+            bin: bin().into(),
+            endpoint: self.env.endpoint(),
+            manifests: self.manifests.clone(),
+            root: self.root.clone(),
+            pod_logs: self.logs.clone(),
+            container_logs: Some(self.dir.join("containers")),
+            socket: self.socket.clone(),
+            node_name: (!has_node_name).then(|| "crilet-test-node".to_string()),
+            args: self.extra_args.clone(),
+            rust_log: Some("info,crilet=debug,h2=warn,tower=warn,hyper=warn".into()),
+            env: self.extra_env.clone(),
+            log: self.log_file.clone(),
+            stdout_to_log: false,
+            // In the test's process group: a Ctrl-C of `cargo test` stops it too.
+            own_process_group: false,
+        };
+        self.child = Some(cmd.spawn());
     }
 
     pub fn pid(&self) -> Option<u32> {
@@ -167,19 +138,14 @@ impl Agent {
     /// SIGKILLs the agent (containers keep running).
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
+            testkit::kill(&mut c);
         }
     }
 
     /// SIGTERMs the agent and waits for it to exit.
     pub fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(c.id() as i32),
-                nix::sys::signal::Signal::SIGTERM,
-            );
-            let _ = c.wait();
+            testkit::terminate(&mut c);
         }
     }
 
@@ -228,9 +194,7 @@ impl Agent {
 
     /// The agent's log so far (for assertion messages).
     pub fn log(&self) -> String {
-        let text = std::fs::read_to_string(&self.log_file).unwrap_or_default();
-        let start = text.len().saturating_sub(6000);
-        text[text.char_indices().map(|(i, _)| i).find(|i| *i >= start).unwrap_or(0)..].to_string()
+        testkit::log_tail(&self.log_file, 6000)
     }
 }
 
@@ -249,24 +213,6 @@ pub async fn remove_pods_of(cri: &CriClient, dir: &Path) {
             let _ = cri.stop_sandbox(&sb.id).await;
             let _ = cri.remove_sandbox(&sb.id).await;
         }
-    }
-}
-
-/// Polls `f` every 200 ms until it returns Some, or panics with `what` after `limit`.
-pub async fn wait_for<T, F, Fut>(what: &str, limit: Duration, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        if start.elapsed() > limit {
-            panic!("timed out after {limit:?} waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
