@@ -133,6 +133,15 @@ impl RuntimeUids {
         }
     }
 
+    /// Pod `uid` has terminated and everything of it is removed: its claim goes, even when no
+    /// relist ever showed it (its sandbox was never created), or the set grows with every such
+    /// pod ever seen.
+    pub fn release(&self, uid: &str) {
+        if let Ok(mut k) = self.0.lock() {
+            k.claimed.remove(uid);
+        }
+    }
+
     /// A relist's UIDs. Claims it shows are dropped (the list answers for them from now on); a
     /// claim it does not show stays, as its create may have landed after the list.
     fn listed(&self, uids: std::collections::HashSet<String>) {
@@ -417,6 +426,21 @@ mod tests {
         k.listed(set(&["a"]));
         assert!(!k.may_have("b"));
         assert!(!k.may_have("c"));
+    }
+
+    /// Pods whose sandbox was never created (no relist shows them) are released when they end:
+    /// churning a few hundred leaves no claim behind.
+    #[test]
+    fn released_claims_do_not_accumulate() {
+        let k = RuntimeUids::default();
+        k.listed(std::collections::HashSet::new());
+        for i in 0..300 {
+            let uid = format!("uid-{i}");
+            k.claim(&uid);
+            k.listed(std::collections::HashSet::new());
+            k.release(&uid);
+        }
+        assert_eq!(k.0.lock().map(|k| k.claimed.len()).unwrap_or(usize::MAX), 0);
     }
 
     #[test]

@@ -301,6 +301,16 @@ impl Registry {
         }
     }
 
+    /// The pod worker that registered `notify` has ended. Its entry goes, unless a newer worker
+    /// of the same name has registered since: pod names churn in cluster mode, and the map must
+    /// not keep one entry per name ever seen.
+    pub fn unregister_waker(&self, pod: &PodKey, notify: &Arc<Notify>) {
+        let Ok(mut w) = self.inner.wakers.lock() else { return };
+        if w.get(pod).is_some_and(|n| Arc::ptr_eq(n, notify)) {
+            w.remove(pod);
+        }
+    }
+
     pub fn external_conditions(&self, pod: &PodKey) -> Vec<PodCondition> {
         self.inner.external_conditions.read().ok().and_then(|m| m.get(pod).cloned()).unwrap_or_default()
     }
@@ -359,6 +369,18 @@ impl Registry {
     fn pod_keys(&self) -> Vec<PodKey> {
         self.inner.pods.read().map(|p| p.keys().cloned().collect()).unwrap_or_default()
     }
+
+    /// How many entries each per-pod map holds: pods, external conditions, wakers, timelines.
+    #[cfg(test)]
+    fn per_pod_sizes(&self) -> [usize; 4] {
+        let i = &self.inner;
+        [
+            i.pods.read().map(|m| m.len()).unwrap_or_default(),
+            i.external_conditions.read().map(|m| m.len()).unwrap_or_default(),
+            i.wakers.lock().map(|m| m.len()).unwrap_or_default(),
+            i.timelines.lock().map(|m| m.len()).unwrap_or_default(),
+        ]
+    }
 }
 
 #[cfg(test)]
@@ -399,6 +421,44 @@ mod tests {
         registry.remove_pod(&key);
         assert!(changes.has_changed().unwrap(), "a removal");
         assert!(registry.pod_revisions().is_empty());
+    }
+
+    /// Generated pod names (cluster mode) come and go: once each pod's worker has ended and the
+    /// pod is removed, no per-pod map keeps anything of it.
+    #[test]
+    fn churned_pods_leave_nothing_behind() {
+        let registry = Registry::default();
+        let gate =
+            PodCondition { type_: "example.com/gate".into(), status: "True".into(), ..Default::default() };
+        for i in 0..300 {
+            let key = PodKey::new("default", format!("web-7f9c4-{i:05}"));
+            let wake = Arc::new(Notify::new());
+            registry.register_waker(&key, wake.clone());
+            let record =
+                PodRecord { pod: Pod::default(), manifest_file: String::new(), warnings: Vec::new() };
+            registry.put_pod(key.clone(), record);
+            registry.set_external_condition(&key, gate.clone(), false);
+            registry.add_step(&key, Some("app"), Step::now(crate::timeline::StepKind::Started, "c1", ""));
+            assert_eq!(registry.per_pod_sizes(), [1, 1, 1, 1], "pod {i} while it runs");
+            registry.remove_pod(&key);
+            registry.unregister_waker(&key, &wake);
+        }
+        assert_eq!(registry.per_pod_sizes(), [0; 4]);
+    }
+
+    /// A new worker of the same pod name may register before the old one has unregistered: the
+    /// old one's exit leaves the new one's waker in place.
+    #[test]
+    fn an_old_worker_leaves_a_newer_waker() {
+        let registry = Registry::default();
+        let key = PodKey::new("default", "web");
+        let (old, new) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+        registry.register_waker(&key, old.clone());
+        registry.register_waker(&key, new.clone());
+        registry.unregister_waker(&key, &old);
+        assert_eq!(registry.per_pod_sizes()[2], 1, "the newer waker stays");
+        registry.unregister_waker(&key, &new);
+        assert_eq!(registry.per_pod_sizes()[2], 0);
     }
 
     #[test]

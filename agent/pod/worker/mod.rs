@@ -126,7 +126,9 @@ pub async fn run_worker(
     mut synced: Option<oneshot::Sender<()>>,
 ) {
     let span = info_span!("pod", pod = %initial.key, uid = %initial.uid);
-    ctx.registry.register_waker(&initial.key, wake.clone());
+    let key = initial.key.clone();
+    ctx.registry.register_waker(&key, wake.clone());
+    let registered = wake.clone();
     let probes =
         ProbeManager::new(ctx.clone(), initial.key.clone(), &initial.uid, wake.clone(), cancel.child_token());
     let update = UpdateState::load(&update_state_path(&ctx, &initial.uid));
@@ -178,6 +180,7 @@ pub async fn run_worker(
                             all_containers(&w.desired.pod).into_iter().map(|(c, _)| c.name).collect();
                         crate::metrics::get().forget_pod(&w.desired.key, &w.desired.uid, &names);
                         w.ctx.ledger.set(&w.desired.uid, None);
+                        w.ctx.runtime_uids.release(&w.desired.uid);
                         return;
                     }
                     if cancel.is_cancelled() {
@@ -228,7 +231,8 @@ pub async fn run_worker(
         }
     }
     .instrument(span)
-    .await
+    .await;
+    ctx.registry.unregister_waker(&key, &registered);
 }
 
 /// The images of the containers `plan` starts.
