@@ -270,12 +270,8 @@ pub fn begin_kill(pod_dir: &std::path::Path, grace: Duration, now_ns: i64) -> In
     let saved = std::fs::read(&path).ok().and_then(|b| serde_json::from_slice::<SavedKill>(&b).ok());
     let kill = resume_kill(saved, now_ns, grace);
     if Some(kill) != saved {
-        let written = serde_json::to_vec(&kill).map_err(std::io::Error::other).and_then(|json| {
-            let tmp = path.with_extension("tmp");
-            std::fs::write(&tmp, json).and_then(|_| std::fs::rename(&tmp, &path))
-        });
-        if let Err(e) = written {
-            tracing::debug!(error = %e, path = %path.display(), "saving the kill deadline failed");
+        if let Err(e) = crate::checkpoint::write_json(&path, &kill) {
+            tracing::debug!(error = %crate::error_chain(&e), "saving the kill deadline failed");
         }
     } else {
         tracing::info!(
@@ -298,10 +294,7 @@ pub fn shorten_kill(pod_dir: &std::path::Path, deadline_ns: i64) {
         return;
     }
     kill.deadline_ns = deadline_ns;
-    if let Ok(json) = serde_json::to_vec(&kill) {
-        let tmp = path.with_extension("tmp");
-        let _ = std::fs::write(&tmp, json).and_then(|_| std::fs::rename(&tmp, &path));
-    }
+    let _ = crate::checkpoint::write_json(&path, &kill);
 }
 
 /// The kill is over (or none is under way): forget its deadline.

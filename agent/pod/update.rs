@@ -52,10 +52,8 @@ impl UpdateState {
         serde_json::from_slice(&std::fs::read(path).ok()?).ok()
     }
 
-    pub fn save(&self, path: &Path) -> std::io::Result<()> {
-        let tmp = path.with_extension("tmp");
-        std::fs::write(&tmp, serde_json::to_vec(self).map_err(std::io::Error::other)?)?;
-        std::fs::rename(tmp, path)
+    pub fn save(&self, path: &Path) -> Result<(), crate::checkpoint::CheckpointError> {
+        crate::checkpoint::write_json(path, self)
     }
 
     /// The `InPlaceUpdateReady` condition this state stands for.

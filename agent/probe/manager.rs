@@ -192,11 +192,8 @@ impl ProbeManager {
         if now == self.last_saved {
             return;
         }
-        if let Ok(json) = serde_json::to_vec(&now) {
-            let tmp = self.save_path.with_extension("tmp");
-            if std::fs::write(&tmp, json).and_then(|_| std::fs::rename(&tmp, &self.save_path)).is_ok() {
-                self.last_saved = now;
-            }
+        if crate::checkpoint::write_json(&self.save_path, &now).is_ok() {
+            self.last_saved = now;
         }
     }
 

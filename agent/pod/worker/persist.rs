@@ -8,9 +8,8 @@ impl Worker {
     pub(super) fn save_backoff(&self) {
         let Some(json) = self.crash_backoff.to_json() else { return };
         let path = backoff_path(&self.ctx, &self.desired.uid);
-        let tmp = path.with_extension("tmp");
-        if let Err(e) = std::fs::write(&tmp, json).and_then(|_| std::fs::rename(&tmp, &path)) {
-            debug!(error = %e, path = %path.display(), "saving the crash-loop back-off failed");
+        if let Err(e) = crate::checkpoint::write(&path, &json) {
+            debug!(error = %crate::error_chain(&e), "saving the crash-loop back-off failed");
         }
     }
 
@@ -22,17 +21,16 @@ impl Worker {
         }
         let _span = tracing::trace_span!("save_status").entered();
         let path = status_path(&self.ctx, &self.desired.uid);
-        let tmp = path.with_extension("tmp");
-        match std::fs::write(&tmp, &json).and_then(|_| std::fs::rename(&tmp, &path)) {
+        match crate::checkpoint::write(&path, &json) {
             Ok(()) => self.saved_status = Some(json),
-            Err(e) => debug!(error = %e, path = %path.display(), "saving the pod status failed"),
+            Err(e) => debug!(error = %crate::error_chain(&e), "saving the pod status failed"),
         }
     }
 
     pub(super) fn save_update(&self) {
         if let Some(u) = &self.update {
             if let Err(e) = u.save(&update_state_path(&self.ctx, &self.desired.uid)) {
-                warn!(error = %e, "saving the in-place update state failed");
+                warn!(error = %crate::error_chain(&e), "saving the in-place update state failed");
             }
         }
     }

@@ -15,10 +15,7 @@ impl Worker {
         let external = ctx.registry.external_conditions(&self.desired.key);
         if self.saved_conditions.as_deref().unwrap_or_default() != external.as_slice() {
             let path = conditions_path(ctx, &self.desired.uid);
-            let tmp = path.with_extension("tmp");
-            let written = serde_json::to_vec(&external).is_ok_and(|json| {
-                std::fs::write(&tmp, json).and_then(|_| std::fs::rename(&tmp, &path)).is_ok()
-            });
+            let written = crate::checkpoint::write_json(&path, &external).is_ok();
             if written {
                 self.saved_conditions = Some(external.clone());
             }

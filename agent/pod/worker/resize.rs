@@ -131,15 +131,11 @@ impl Worker {
 
     fn save_allocation(&self, a: &Allocation) -> bool {
         let path = allocation_path(&self.ctx, &self.desired.uid);
-        let tmp = path.with_extension("tmp");
-        let saved = serde_json::to_vec(a)
-            .map_err(std::io::Error::other)
-            .and_then(|json| std::fs::write(&tmp, json))
-            .and_then(|()| std::fs::rename(&tmp, &path));
+        let saved = crate::checkpoint::write_json(&path, a);
         if let Err(e) = &saved {
             // The pod's dir is made with its sandbox; until then the allocation lives in memory
             // and the next sync saves it.
-            debug!(error = %e, path = %path.display(), "saving the allocation failed");
+            debug!(error = %crate::error_chain(e), "saving the allocation failed");
         }
         saved.is_ok()
     }
