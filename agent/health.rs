@@ -2,8 +2,10 @@
 //! the supervisor's sync loop beats every [`SYNC_LOOP_BEAT`] while it turns, and the PLEG beats
 //! on each relist the runtime answered. The kubelet's `/healthz` checks its sync loop the same
 //! way (`syncLoopHealthCheck`); here the runtime's answer is part of it too, because a node agent
-//! that cannot reach its runtime cannot keep its pods.
+//! that cannot reach its runtime cannot keep its pods. A long-lived loop that ended while the
+//! agent runs (reported by [`crate::tasks`]) makes it unhealthy for good: nothing restarts it.
 
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -20,11 +22,18 @@ pub struct Liveness {
     origin: Instant,
     sync_loop: AtomicU64,
     relist_ok: AtomicU64,
+    /// Long-lived loops that ended while the agent was not stopping, in the order they ended.
+    ended: Mutex<Vec<Unhealthy>>,
 }
 
 impl Default for Liveness {
     fn default() -> Self {
-        Self { origin: Instant::now(), sync_loop: AtomicU64::new(0), relist_ok: AtomicU64::new(0) }
+        Self {
+            origin: Instant::now(),
+            sync_loop: AtomicU64::new(0),
+            relist_ok: AtomicU64::new(0),
+            ended: Mutex::default(),
+        }
     }
 }
 
@@ -35,6 +44,8 @@ pub enum Unhealthy {
     SyncLoop(Option<Duration>),
     /// The runtime has not answered a relist yet, or not for this long.
     Runtime(Option<Duration>),
+    /// A long-lived loop (by its name in [`crate::tasks`]) returned or panicked.
+    LoopEnded { name: &'static str, panicked: bool },
 }
 
 impl std::fmt::Display for Unhealthy {
@@ -46,6 +57,8 @@ impl std::fmt::Display for Unhealthy {
             Self::Runtime(Some(d)) => {
                 write!(f, "container runtime: no relist answered for {:.0}s", d.as_secs_f64())
             }
+            Self::LoopEnded { name, panicked: false } => write!(f, "{name}: loop ended"),
+            Self::LoopEnded { name, panicked: true } => write!(f, "{name}: loop panicked"),
         }
     }
 }
@@ -61,6 +74,13 @@ impl Liveness {
         self.relist_ok.store(self.millis(Instant::now()), Ordering::Relaxed);
     }
 
+    /// The long-lived loop `name` ended (returned, or `panicked`) while the agent runs.
+    pub fn loop_ended(&self, name: &'static str, panicked: bool) {
+        if let Ok(mut ended) = self.ended.lock() {
+            ended.push(Unhealthy::LoopEnded { name, panicked });
+        }
+    }
+
     /// Healthy, or every reason why not.
     pub fn check(&self) -> Result<(), Vec<Unhealthy>> {
         self.check_at(Instant::now())
@@ -74,6 +94,9 @@ impl Liveness {
         }
         if let Some(age) = self.stale(&self.relist_ok, now, RELIST_STALE) {
             problems.push(Unhealthy::Runtime(age));
+        }
+        if let Ok(ended) = self.ended.lock() {
+            problems.extend(ended.iter().cloned());
         }
         if problems.is_empty() { Ok(()) } else { Err(problems) }
     }

@@ -28,6 +28,7 @@ pub mod registry;
 pub mod source;
 pub mod status;
 pub mod systemd;
+pub mod tasks;
 pub mod timeline;
 pub mod volumes;
 

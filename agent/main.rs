@@ -341,14 +341,20 @@ async fn wait_for_runtime(
     }
 }
 
+/// The long-lived loops `run_agent` waits for when the agent stops (see [`crilet::tasks`]).
+const RELIST: &str = "relist";
+const CONTROL_API: &str = "control API";
+
 async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
     let s = args.resolve()?;
     let cancel = CancellationToken::new();
     let service = crilet::systemd::Notifier::from_env();
+    let registry = Registry::default();
+    let tasks = crilet::tasks::Tasks::start(registry.clone(), cancel.clone());
     {
         let cancel = cancel.clone();
         let service = service.clone();
-        tokio::spawn(async move {
+        tasks.spawn("signal handler", async move {
             use tokio::signal::unix::{SignalKind, signal};
             let (Ok(mut term), Ok(mut int)) =
                 (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
@@ -365,12 +371,14 @@ async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&s.pod_logs_dir)
         .with_context(|| format!("creating {}", s.pod_logs_dir.display()))?;
 
-    let registry = Registry::default();
     // Bound before anything else waits, so a bad address stops the agent at once; /healthz
     // answers (500) while the runtime is awaited.
     if let Some(address) = &s.metrics_bind_address {
         let listener = crilet::metrics::server::bind(address)?;
-        tokio::spawn(crilet::metrics::server::serve(listener, registry.clone(), cancel.clone()));
+        tasks.spawn(
+            "metrics server",
+            crilet::metrics::server::serve(listener, registry.clone(), cancel.clone()),
+        );
     }
     // A kubeconfig that cannot work stops the agent before anything runs; an API server that
     // is not there yet does not.
@@ -418,7 +426,7 @@ async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
     };
     let ctx_volumes = ctx.volumes.clone();
     let pleg_state = std::sync::Arc::new(pleg::PlegState::default());
-    let api_task = {
+    {
         let info = crilet::api::RuntimeInfo {
             name: runtime.name.clone(),
             version: runtime.version.clone(),
@@ -428,26 +436,35 @@ async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
         let path = s.control_socket.clone();
         let registry = registry.clone();
         let cancel = cancel.clone();
-        tokio::spawn(async move {
+        tasks.spawn(CONTROL_API, async move {
             if let Err(e) = crilet::api::serve(path, registry, info, cancel.clone()).await {
                 error!("control API: {e:#}");
                 cancel.cancel();
             }
-        })
-    };
+        });
+    }
 
     let wakers = Wakers::default();
-    let pleg_task = tokio::spawn(pleg::run(
-        cri.clone(),
-        wakers.clone(),
-        pleg_state.clone(),
-        registry.clone(),
-        ctx.runtime_uids.clone(),
-        cancel.clone(),
-    ));
-    tokio::spawn(crilet::pod::cgroups::sweep_periodically(cri.clone(), cancel.clone()));
-    tokio::spawn(crilet::logrotate::run(cri.clone(), s.pod_logs_dir.clone(), s.log_rotation, cancel.clone()));
-    tokio::spawn(pleg::follow_events(cri.clone(), wakers.clone(), pleg_state.clone(), cancel.clone()));
+    tasks.spawn(
+        RELIST,
+        pleg::run(
+            cri.clone(),
+            wakers.clone(),
+            pleg_state.clone(),
+            registry.clone(),
+            ctx.runtime_uids.clone(),
+            cancel.clone(),
+        ),
+    );
+    tasks.spawn("pod cgroup sweep", crilet::pod::cgroups::sweep_periodically(cri.clone(), cancel.clone()));
+    tasks.spawn(
+        "log rotation",
+        crilet::logrotate::run(cri.clone(), s.pod_logs_dir.clone(), s.log_rotation, cancel.clone()),
+    );
+    tasks.spawn(
+        "runtime event stream",
+        pleg::follow_events(cri.clone(), wakers.clone(), pleg_state.clone(), cancel.clone()),
+    );
 
     // The first scan runs on a thread of its own, never on a runtime worker, and waits a bounded
     // time for each file: a bad file is reported and never holds up the others.
@@ -476,6 +493,7 @@ async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
             };
             let api_client = link.client.clone();
             let (merged, gone) = crilet::cluster::start(
+                &tasks,
                 link,
                 &c.config,
                 ctx_volumes.clone().map(|v| (v, c.sync_frequency)),
@@ -503,7 +521,7 @@ async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
                         crilet::kubelet_api::bind(cfg, api_client.clone(), registry.clone(), cri.clone())
                             .await?;
                     info!(address = %format!("{ip}:{}", c.config.port), "serving the kubelet API (TLS)");
-                    tokio::spawn(server.serve(cancel.child_token()));
+                    tasks.spawn("kubelet API server", server.serve(cancel.child_token()));
                 }
                 _ => warn!(
                     "no --tls-cert-file/--tls-private-key-file: the kubelet API (kubectl logs) is not served"
@@ -525,11 +543,14 @@ async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
         runtime: format!("{} {}", runtime.name, runtime.version),
         pleg: pleg_state,
     };
-    tokio::spawn(service.report(view, cancel.clone()));
+    // Without systemd there is nothing to report, and the loop returns at once.
+    if service.reports() {
+        tasks.spawn("systemd notifier", service.report(view, cancel.clone()));
+    }
     info!("first sync done; agent ready");
     sup.run(manifests).await;
-    let _ = pleg_task.await;
-    let _ = api_task.await;
+    tasks.ended(RELIST).await;
+    tasks.ended(CONTROL_API).await;
     crilet::profile::write();
     Ok(())
 }

@@ -34,6 +34,7 @@ use crate::cri::CriClient;
 use crate::model::ManifestSet;
 use crate::model::PodKey;
 use crate::registry::Registry;
+use crate::tasks::Tasks;
 
 /// The kubelet version crilet follows, as the Node's `nodeInfo.kubeletVersion` shows it.
 pub const KUBELET_VERSION: &str = "v1.36.3";
@@ -142,10 +143,11 @@ pub async fn connect(cfg: &ClusterConfig, registry: &Registry) -> anyhow::Result
     Ok(link)
 }
 
-/// Starts the Node, Lease, pod watch, merge, status and deletion loops. Returns the merged pod
-/// set for the supervisor and the sender it reports finished pods on.
+/// Starts the Node, Lease, pod watch, merge, status and deletion loops in `tasks`. Returns the
+/// merged pod set for the supervisor and the sender it reports finished pods on.
 #[allow(clippy::too_many_arguments)]
 pub fn start(
+    tasks: &Tasks,
     link: Arc<ClusterLink>,
     cfg: &ClusterConfig,
     volumes: Option<(Arc<crate::volumes::VolumeManager>, Duration)>,
@@ -172,7 +174,8 @@ pub fn start(
         let facts = facts.clone();
         let cri = cri.clone();
         let cancel = cancel.clone();
-        tokio::spawn(async move {
+        let status_tasks = tasks.clone();
+        tasks.spawn("node registration and status", async move {
             let mut delay = Duration::from_millis(500);
             loop {
                 match node_sync::register(&link, &facts).await {
@@ -192,13 +195,16 @@ pub fn start(
                 }
                 delay = (delay * 2).min(Duration::from_secs(7));
             }
-            tokio::spawn(node_sync::run_status(link.clone(), cri, facts, cancel.clone()));
+            node_sync::run_status(link.clone(), cri, facts, &status_tasks, cancel.clone()).await;
         });
     }
-    tokio::spawn(node_sync::run_lease(link.clone(), cfg.node_name.clone(), uid_rx, cancel.clone()));
+    tasks.spawn(
+        "node lease",
+        node_sync::run_lease(link.clone(), cfg.node_name.clone(), uid_rx, cancel.clone()),
+    );
 
     let (api_tx, api_rx) = watch::channel(ApiPods::default());
-    tokio::spawn(pods::watch_pods(link.clone(), api_tx, cancel.clone()));
+    tasks.spawn("pod watch", pods::watch_pods(link.clone(), api_tx, cancel.clone()));
 
     let alloc = node_object::allocatable(&facts);
     let milli = |k: &str| {
@@ -216,28 +222,34 @@ pub fn start(
         cpu_milli: milli("cpu"),
         memory: milli("memory"),
     };
-    tokio::spawn(mirror::run(link.clone(), files.clone(), api_rx.clone(), cancel.clone()));
-    tokio::spawn(events::run(link.clone(), registry.clone(), api_rx.clone(), cancel.clone()));
+    tasks.spawn("mirror pods", mirror::run(link.clone(), files.clone(), api_rx.clone(), cancel.clone()));
+    tasks.spawn("event sender", events::run(link.clone(), registry.clone(), api_rx.clone(), cancel.clone()));
     let (set_tx, set_rx) = watch::channel(files.borrow().clone());
     let (rej_tx, rej_rx) = watch::channel(merge::Rejections::new());
-    tokio::spawn(merge::run(
-        files,
-        api_rx.clone(),
-        registry.clone(),
-        room,
-        runtime_uids,
-        ledger,
-        set_tx,
-        rej_tx,
-        cancel.clone(),
-    ));
-    tokio::spawn(status_sync::run(link.clone(), registry, api_rx.clone(), rej_rx, cancel.clone()));
+    tasks.spawn(
+        "pod merge",
+        merge::run(
+            files,
+            api_rx.clone(),
+            registry.clone(),
+            room,
+            runtime_uids,
+            ledger,
+            set_tx,
+            rej_tx,
+            cancel.clone(),
+        ),
+    );
+    tasks.spawn(
+        "pod status writer",
+        status_sync::run(link.clone(), registry, api_rx.clone(), rej_rx, cancel.clone()),
+    );
 
     if let Some((volumes, period)) = volumes {
-        tokio::spawn(refresh_volumes(volumes, set_rx.clone(), period, cancel.clone()));
+        tasks.spawn("volume refresh", refresh_volumes(volumes, set_rx.clone(), period, cancel.clone()));
     }
     let (gone_tx, gone_rx) = mpsc::unbounded_channel();
-    tokio::spawn(delete_finished(link, api_rx, gone_rx, cancel));
+    tasks.spawn("finished pod deletion", delete_finished(link, api_rx, gone_rx, cancel));
     (set_rx, gone_tx)
 }
 

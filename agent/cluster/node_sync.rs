@@ -99,9 +99,15 @@ async fn runtime_readiness(cri: &CriClient) -> RuntimeReadiness {
 
 /// Writes the node status every [`STATUS_CHECK`] when it changed, else every [`STATUS_REPORT`];
 /// publishes whether the last write worked.
-pub async fn run_status(link: Arc<ClusterLink>, cri: CriClient, facts: NodeFacts, cancel: CancellationToken) {
+pub async fn run_status(
+    link: Arc<ClusterLink>,
+    cri: CriClient,
+    facts: NodeFacts,
+    tasks: &crate::tasks::Tasks,
+    cancel: CancellationToken,
+) {
     let nodes: Api<Node> = Api::all(link.heartbeat.clone());
-    let (watched, watch_current) = watch_own_node(&nodes, &facts.name, cancel.clone());
+    let (watched, watch_current) = watch_own_node(&nodes, &facts.name, tasks, cancel.clone());
     let mut written: Option<(NodeStatus, tokio::time::Instant)> = None;
     let mut tick = tokio::time::interval(STATUS_CHECK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -162,6 +168,7 @@ pub async fn run_status(link: Arc<ClusterLink>, cri: CriClient, facts: NodeFacts
 fn watch_own_node(
     nodes: &Api<Node>,
     name: &str,
+    tasks: &crate::tasks::Tasks,
     cancel: CancellationToken,
 ) -> (reflector::Store<Node>, Arc<AtomicBool>) {
     let (store, writer) = reflector::store();
@@ -169,7 +176,7 @@ fn watch_own_node(
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
     let stream = reflector(writer, watcher(nodes.clone(), config)).default_backoff().touched_objects();
     let flag = current.clone();
-    tokio::spawn(async move {
+    tasks.spawn("node watch", async move {
         let mut stream = std::pin::pin!(stream);
         loop {
             tokio::select! {

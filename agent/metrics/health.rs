@@ -1,5 +1,5 @@
-//! The `/healthz` answer: the two heartbeats of [`crate::health::Liveness`] (the sync loop turns,
-//! the relist is answered) and the runtime health the PLEG reports. Pure.
+//! The `/healthz` answer: what [`crate::health::Liveness`] finds (the sync loop turns, the
+//! relist is answered, no long-lived loop has ended) and the runtime health the PLEG reports. Pure.
 
 use crate::health::Unhealthy;
 use crate::registry::{ApiHealth, RuntimeHealth};

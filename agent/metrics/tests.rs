@@ -285,6 +285,33 @@ fn healthz_cases() {
     }
 }
 
+/// Which long-lived loops ended → the `/healthz` answer: each dead loop is named on a line of
+/// its own, after the heartbeats' reasons.
+#[test]
+fn healthz_names_dead_loops() {
+    let now = jiff::Timestamp::now();
+    let up = RuntimeHealth { available: true, since: now, last_error: String::new() };
+    let cases = [
+        ("every loop runs", vec![], 200, "ok\n"),
+        ("the Lease renewal returned", vec![("node lease", false)], 500, "node lease: loop ended\n"),
+        (
+            "two loops, in the order they ended",
+            vec![("pod status writer", true), ("relist", false)],
+            500,
+            "pod status writer: loop panicked\nrelist: loop ended\n",
+        ),
+    ];
+    for (name, dead, code, body) in cases {
+        let liveness = crate::health::Liveness::default();
+        liveness.sync_loop_beat();
+        liveness.relist_answered();
+        for (task, panicked) in dead {
+            liveness.loop_ended(task, panicked);
+        }
+        assert_eq!(healthz(liveness.check(), &up, now), (code, body.to_string()), "{name}");
+    }
+}
+
 /// Every sample of `name` whose labels include `want`.
 fn samples<'a>(
     scrape: &'a prometheus_parse::Scrape,

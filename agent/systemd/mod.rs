@@ -87,6 +87,12 @@ impl Notifier {
         }
     }
 
+    /// Whether anything is reported (started by systemd): without it [`Self::report`] returns
+    /// at once.
+    pub fn reports(&self) -> bool {
+        self.inner.target.is_some()
+    }
+
     /// `STATUS=starting: {what}` (before READY=1).
     pub fn starting(&self, what: &str) {
         self.status(&format!("starting: {what}"));

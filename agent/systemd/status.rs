@@ -98,9 +98,9 @@ pub enum Change {
 }
 
 impl Watchdog {
-    /// Pings only while the agent is alive: a stuck sync loop or a runtime that answers no
-    /// relist stops them, so systemd restarts the agent (the issue's "only while the sync loop
-    /// and the CRI connection are alive").
+    /// Pings only while the agent is alive: a stuck sync loop, a runtime that answers no relist
+    /// or a long-lived loop that ended stops them, so systemd restarts the agent (the issue's
+    /// "only while the sync loop and the CRI connection are alive").
     pub fn decide(&mut self, health: &Result<(), Vec<Unhealthy>>) -> Decision {
         match health {
             Ok(()) => {

@@ -119,6 +119,11 @@ fn watchdog_pings_only_while_alive() {
         ),
         ("a stuck sync loop stops pings", vec![stuck()], vec![(false, withheld("sync loop: stuck for 31s"))]),
         (
+            "a dead loop stops pings",
+            vec![Err(vec![Unhealthy::LoopEnded { name: "node lease", panicked: true }])],
+            vec![(false, withheld("node lease: loop panicked"))],
+        ),
+        (
             "every reason is named",
             vec![Err(vec![Unhealthy::SyncLoop(None), Unhealthy::Runtime(None)])],
             vec![(false, withheld("sync loop: not started; container runtime: no relist answered yet"))],
