@@ -3,7 +3,7 @@
 //! starts only after the old one has finished, R3.6), and on start adopts what already runs and
 //! terminates pods that no manifest names any more.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,6 +26,29 @@ fn remove_legacy_links_into(links_dir: Option<&std::path::Path>, log_dir: &std::
     for e in entries.filter_map(Result::ok) {
         if std::fs::read_link(e.path()).is_ok_and(|t| t.starts_with(log_dir)) {
             let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
+/// [`Supervisor::reap_leftover_dirs`]' file work: the dirs of pods not in `busy`, their cgroups
+/// and their log dirs go.
+fn reap_leftovers(node: &crate::node::NodeConfig, busy: &HashSet<String>) {
+    let Ok(dirs) = std::fs::read_dir(node.root_dir.join("pods")) else { return };
+    for e in dirs.filter_map(Result::ok) {
+        let uid = e.file_name().to_string_lossy().to_string();
+        if busy.contains(&uid) {
+            continue;
+        }
+        info!(uid = %uid, "removing what is left of a pod removed earlier");
+        let _ = std::fs::remove_dir_all(e.path());
+        super::cgroups::remove_pod_cgroups(&uid);
+        let suffix = format!("_{uid}");
+        let Ok(logs) = std::fs::read_dir(&node.pod_logs_dir) else { continue };
+        for l in logs.filter_map(Result::ok) {
+            if l.file_name().to_string_lossy().ends_with(&suffix) {
+                remove_legacy_links_into(node.container_logs_dir.as_deref(), &l.path());
+                let _ = std::fs::remove_dir_all(l.path());
+            }
         }
     }
 }
@@ -348,41 +371,30 @@ impl Supervisor {
             let tx = self.spawn(d, Desire::Terminate { remove: true, grace });
             self.terminating.insert(uid, (key, tx));
         }
-        self.reap_leftover_dirs(set);
+        self.reap_leftover_dirs(set).await;
     }
 
     /// What a pod removal leaves if the agent dies halfway (after the sandbox went, before the
     /// directories did): the pod dir (volumes), its log dir, its legacy log links and cgroups of
     /// a UID that no manifest wants and no worker handles. The sandbox and containers are gone by
     /// then (a pod that still has them is an orphan that a worker terminates first).
-    pub fn reap_leftover_dirs(&self, set: &ManifestSet) {
+    pub async fn reap_leftover_dirs(&self, set: &ManifestSet) {
         if !self.api_reaped {
             // Cluster mode before the API's pods are known: an API pod's dir is not a leftover.
             return;
         }
-        let node = &self.ctx.node;
-        let busy = |uid: &str| {
-            set.pods.values().any(|d| d.uid == uid)
-                || self.running.values().any(|r| r.uid == uid)
-                || self.terminating.contains_key(uid)
-        };
-        let Ok(dirs) = std::fs::read_dir(node.root_dir.join("pods")) else { return };
-        for e in dirs.filter_map(Result::ok) {
-            let uid = e.file_name().to_string_lossy().to_string();
-            if busy(&uid) {
-                continue;
-            }
-            info!(uid = %uid, "removing what is left of a pod removed earlier");
-            let _ = std::fs::remove_dir_all(e.path());
-            super::cgroups::remove_pod_cgroups(&uid);
-            let suffix = format!("_{uid}");
-            let Ok(logs) = std::fs::read_dir(&node.pod_logs_dir) else { continue };
-            for l in logs.filter_map(Result::ok) {
-                if l.file_name().to_string_lossy().ends_with(&suffix) {
-                    remove_legacy_links_into(node.container_logs_dir.as_deref(), &l.path());
-                    let _ = std::fs::remove_dir_all(l.path());
-                }
-            }
+        let busy: HashSet<String> = set
+            .pods
+            .values()
+            .map(|d| d.uid.clone())
+            .chain(self.running.values().map(|r| r.uid.clone()))
+            .chain(self.terminating.keys().cloned())
+            .collect();
+        let node = self.ctx.node.clone();
+        // Directory walks and tree removals block: on the blocking pool. The supervisor waits
+        // for them, so no worker starts meanwhile for a UID found idle here.
+        if let Err(e) = tokio::task::spawn_blocking(move || reap_leftovers(&node, &busy)).await {
+            warn!(error = %e, "removing what is left of earlier pods failed");
         }
     }
 
@@ -420,7 +432,7 @@ impl Supervisor {
                     }
                     self.apply(&current);
                 }
-                _ = housekeeping.tick() => self.reap_leftover_dirs(&current),
+                _ = housekeeping.tick() => self.reap_leftover_dirs(&current).await,
                 Some(done) = self.tasks.join_next(), if !self.tasks.is_empty() => {
                     let Ok((key, uid)) = done else { continue };
                     self.report_gone(&key, &uid);

@@ -18,9 +18,15 @@ impl Worker {
                 if self.ctx.cri.remove_container(&c.id).await.is_ok() {
                     self.acted = true;
                     if !c.log_path.is_empty() {
-                        // The log and every file rotated from it, as the kubelet's log cleanup.
-                        let path = std::path::Path::new(&c.log_path);
-                        if let Err(e) = crate::logrotate::remove_container_logs(path) {
+                        // The log and every file rotated from it, as the kubelet's log cleanup
+                        // (a directory listing and removals: on the blocking pool).
+                        let path = std::path::PathBuf::from(&c.log_path);
+                        let removed = tokio::task::spawn_blocking(move || {
+                            crate::logrotate::remove_container_logs(&path)
+                        })
+                        .await
+                        .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+                        if let Err(e) = removed {
                             debug!(path = %c.log_path, error = %e, "removing an old instance's logs failed");
                         }
                     }
@@ -126,11 +132,11 @@ impl Worker {
             for c in &observed.containers {
                 self.remove_legacy_link(&c.name, &c.id);
             }
-            let _ = std::fs::remove_dir_all(pod_log_dir(&ctx.node, &self.desired));
+            remove_tree(pod_log_dir(&ctx.node, &self.desired)).await;
             crate::pod::cgroups::remove_pod_cgroups_settled(&self.desired.uid).await;
             // The pod dir goes last: an agent killed before this point finds it at its next
             // start and finishes the removal (Supervisor::reap_leftover_dirs).
-            let _ = std::fs::remove_dir_all(pod_dir(&ctx.node, &self.desired.uid));
+            remove_tree(pod_dir(&ctx.node, &self.desired.uid)).await;
             self.probes.stop();
             ctx.registry.remove_pod(&key);
             ctx.normal(&key, None, "Removed", format!("Pod {} removed", key));
@@ -145,4 +151,9 @@ impl Worker {
             let _ = std::fs::remove_file(link);
         }
     }
+}
+
+/// Removes the tree at `path`, if any, on the blocking pool (a pod's dirs may hold many files).
+async fn remove_tree(path: std::path::PathBuf) {
+    let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(path)).await;
 }

@@ -275,7 +275,7 @@ impl Worker {
     async fn sync_once(&mut self) -> Result<Option<i64>, crate::cri::CriError> {
         let ctx = self.ctx.clone();
         let observed = ctx.observe(&self.desired.uid).await?;
-        self.read_termination_messages(&observed);
+        self.read_termination_messages(&observed).await;
         // The pod as it runs: its spec with the allocated resources (KEP-1287).
         let (pod, resize_requeue) = self.resize_admit();
         self.probes.reconcile(&pod, &observed, false);
