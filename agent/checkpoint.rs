@@ -19,7 +19,8 @@ pub struct CheckpointError {
     pub source: io::Error,
 }
 
-/// Replaces `path` with `bytes`, durably (see the module doc). Blocks on the disk.
+/// Replaces `path` with `bytes`, durably (see the module doc). Blocks on the disk: async code
+/// calls [`write_async`].
 pub fn write(path: &Path, bytes: &[u8]) -> Result<(), CheckpointError> {
     let fail = |op| move |source| CheckpointError { op, path: path.to_path_buf(), source };
     let tmp = temp_path(path).ok_or_else(|| fail("name")(io::ErrorKind::InvalidInput.into()))?;
@@ -46,6 +47,23 @@ pub fn write_json(path: &Path, value: &impl serde::Serialize) -> Result<(), Chec
         source: e.into(),
     })?;
     write(path, &json)
+}
+
+/// [`write`] on the blocking pool, so an fsync never stalls a runtime thread.
+pub async fn write_async(path: PathBuf, bytes: Vec<u8>) -> Result<(), CheckpointError> {
+    let p = path.clone();
+    match tokio::task::spawn_blocking(move || write(&p, &bytes)).await {
+        Ok(r) => r,
+        Err(e) => Err(CheckpointError { op: "write", path, source: io::Error::other(e) }),
+    }
+}
+
+/// [`write_json`] on the blocking pool.
+pub async fn write_json_async(path: PathBuf, value: &impl serde::Serialize) -> Result<(), CheckpointError> {
+    match serde_json::to_vec(value) {
+        Ok(json) => write_async(path, json).await,
+        Err(e) => Err(CheckpointError { op: "encode", path, source: e.into() }),
+    }
 }
 
 /// `<name>.tmp` beside `path`: the same directory, hence the same filesystem, so the rename is
@@ -89,6 +107,17 @@ mod tests {
             assert_eq!(std::fs::read(&path).expect(name), bytes, "{name}");
             assert_eq!(names(dir.path()), ["status.json"], "{name}: no temp file left");
         }
+    }
+
+    #[tokio::test]
+    async fn the_async_writes_land_too() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("crash-backoff.json");
+        write_async(path.clone(), b"{}".to_vec()).await.expect("write");
+        assert_eq!(std::fs::read(&path).expect("read"), b"{}");
+        write_json_async(path.clone(), &["a"]).await.expect("write");
+        assert_eq!(std::fs::read(&path).expect("read"), br#"["a"]"#);
+        assert_eq!(names(dir.path()), ["crash-backoff.json"]);
     }
 
     /// Targets that cannot be written (root writes through a read-only mode, so the cases are

@@ -52,8 +52,8 @@ impl UpdateState {
         serde_json::from_slice(&std::fs::read(path).ok()?).ok()
     }
 
-    pub fn save(&self, path: &Path) -> Result<(), crate::checkpoint::CheckpointError> {
-        crate::checkpoint::write_json(path, self)
+    pub async fn save(&self, path: std::path::PathBuf) -> Result<(), crate::checkpoint::CheckpointError> {
+        crate::checkpoint::write_json_async(path, self).await
     }
 
     /// The `InPlaceUpdateReady` condition this state stands for.

@@ -66,9 +66,9 @@ impl Worker {
         }
         self.probes.reconcile(&self.desired.pod.clone(), &observed, true);
         let (_, probe_states) = self.probes.view();
-        self.publish(&observed, true, &probe_states);
+        self.publish(&observed, true, &probe_states).await;
         let grace = grace.unwrap_or_else(|| termination_grace(&self.desired.pod));
-        let deadline = self.begin_kill(grace);
+        let deadline = self.begin_kill(grace).await;
         // A second deletion with a shorter grace period brings the deadline forward while the
         // kill runs (as upstream); a longer one changes nothing.
         let (deadline_tx, deadline_rx) = watch::channel(deadline);
@@ -94,10 +94,12 @@ impl Worker {
                     if new < *deadline_tx.borrow() {
                         info!(grace_s = g.as_secs_f64(), "deleted again with a shorter grace period; the deadline moves forward");
                         let _ = deadline_tx.send(new);
-                        crate::pod::terminate::shorten_kill(
-                            &pod_dir(&ctx.node, &self.desired.uid),
-                            now_ns().saturating_add(i64::try_from(g.as_nanos()).unwrap_or(i64::MAX)),
-                        );
+                        let dir = pod_dir(&ctx.node, &self.desired.uid);
+                        let at = now_ns().saturating_add(i64::try_from(g.as_nanos()).unwrap_or(i64::MAX));
+                        // A read and a durable write: on the blocking pool, awaited so that it
+                        // lands before the kill's end removes the file.
+                        let shorten = move || crate::pod::terminate::shorten_kill(&dir, at);
+                        let _ = tokio::task::spawn_blocking(shorten).await;
                     }
                 }
             }

@@ -46,7 +46,7 @@ impl Worker {
                         .into(),
                 );
             }
-            self.save_update();
+            self.save_update().await;
             return (BTreeSet::new(), None);
         }
 
@@ -145,7 +145,7 @@ impl Worker {
         }
         let pulled: BTreeSet<String> = state.pulled.keys().cloned().collect();
         let held = update::held(&pod, observed, &changed, &pulled, waiting, probes);
-        self.save_update();
+        self.save_update().await;
         (held, requeue)
     }
 }

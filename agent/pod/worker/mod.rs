@@ -292,7 +292,7 @@ impl Worker {
             );
         }
         self.crash_backoff.gc(now_ns());
-        self.publish(&observed, false, &probe_states);
+        self.publish(&observed, false, &probe_states).await;
         if self.deadline_exceeded {
             let running = observed
                 .containers
@@ -302,7 +302,7 @@ impl Worker {
             if running {
                 self.acted = true;
                 let grace = termination_grace(&pod);
-                let deadline = self.begin_kill(grace);
+                let deadline = self.begin_kill(grace).await;
                 let key = &self.desired.key;
                 if kill_pod(&ctx, key, &pod, &observed, grace, deadline, "active deadline exceeded").await {
                     self.end_kill();
@@ -366,7 +366,7 @@ impl Worker {
                     PodKillReason::InitContainerFailed => "init container failed",
                 };
                 info!(reason = why, "killing pod");
-                let deadline = self.begin_kill(grace);
+                let deadline = self.begin_kill(grace).await;
                 if kill_pod(&ctx, &key, &pod, &observed, grace, deadline, why).await {
                     self.end_kill();
                 }

@@ -5,40 +5,49 @@
 use super::*;
 
 impl Worker {
-    pub(super) fn save_backoff(&self) {
+    pub(super) async fn save_backoff(&self) {
         let Some(json) = self.crash_backoff.to_json() else { return };
         let path = backoff_path(&self.ctx, &self.desired.uid);
-        if let Err(e) = crate::checkpoint::write(&path, &json) {
+        if let Err(e) = crate::checkpoint::write_async(path, json).await {
             debug!(error = %crate::error_chain(&e), "saving the crash-loop back-off failed");
         }
     }
 
     /// Saves the published status under the pod's dir when it changed (atomically).
-    pub(super) fn save_status(&mut self, status: &PodStatus) {
+    pub(super) async fn save_status(&mut self, status: &PodStatus) {
         let Ok(json) = serde_json::to_vec(status) else { return };
         if self.saved_status.as_deref() == Some(json.as_slice()) {
             return;
         }
-        let _span = tracing::trace_span!("save_status").entered();
         let path = status_path(&self.ctx, &self.desired.uid);
-        match crate::checkpoint::write(&path, &json) {
+        let write = crate::checkpoint::write_async(path, json.clone());
+        match write.instrument(tracing::trace_span!("save_status")).await {
             Ok(()) => self.saved_status = Some(json),
             Err(e) => debug!(error = %crate::error_chain(&e), "saving the pod status failed"),
         }
     }
 
-    pub(super) fn save_update(&self) {
+    pub(super) async fn save_update(&self) {
         if let Some(u) = &self.update {
-            if let Err(e) = u.save(&update_state_path(&self.ctx, &self.desired.uid)) {
+            if let Err(e) = u.save(update_state_path(&self.ctx, &self.desired.uid)).await {
                 warn!(error = %crate::error_chain(&e), "saving the in-place update state failed");
             }
         }
     }
 
     /// The deadline of a pod kill starting (or, after an agent restart, resuming) now.
-    pub(super) fn begin_kill(&mut self, grace: Duration) -> tokio::time::Instant {
+    pub(super) async fn begin_kill(&mut self, grace: Duration) -> tokio::time::Instant {
         self.kill_saved = true;
-        crate::pod::terminate::begin_kill(&pod_dir(&self.ctx.node, &self.desired.uid), grace, now_ns())
+        let dir = pod_dir(&self.ctx.node, &self.desired.uid);
+        let now = now_ns();
+        // Reads and durably writes the saved deadline: on the blocking pool.
+        match tokio::task::spawn_blocking(move || crate::pod::terminate::begin_kill(&dir, grace, now)).await {
+            Ok(deadline) => deadline,
+            Err(e) => {
+                warn!(error = %e, "reading the saved kill deadline failed; the full grace period applies");
+                tokio::time::Instant::now() + grace
+            }
+        }
     }
 
     /// Forgets a saved kill deadline (a file operation only when one may exist: this runs on

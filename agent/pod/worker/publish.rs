@@ -11,18 +11,27 @@ use super::*;
 const LOG_TAIL_CHUNK: u64 = 64 * 1024;
 
 impl Worker {
-    pub(super) fn publish(
+    pub(super) async fn publish(
         &mut self,
         observed: &ObservedPod,
         terminating: bool,
         probe_states: &BTreeMap<String, ProbeState>,
     ) {
-        let _span = tracing::trace_span!("publish").entered();
+        let span = tracing::trace_span!("publish");
+        self.publish_untraced(observed, terminating, probe_states).instrument(span).await
+    }
+
+    async fn publish_untraced(
+        &mut self,
+        observed: &ObservedPod,
+        terminating: bool,
+        probe_states: &BTreeMap<String, ProbeState>,
+    ) {
         let ctx = &self.ctx;
         let external = ctx.registry.external_conditions(&self.desired.key);
         if self.saved_conditions.as_deref().unwrap_or_default() != external.as_slice() {
             let path = conditions_path(ctx, &self.desired.uid);
-            let written = crate::checkpoint::write_json(&path, &external).is_ok();
+            let written = crate::checkpoint::write_json_async(path, &external).await.is_ok();
             if written {
                 self.saved_conditions = Some(external.clone());
             }
@@ -83,7 +92,7 @@ impl Worker {
                 warnings: self.desired.warnings.clone(),
             },
         );
-        self.save_status(&status);
+        self.save_status(&status).await;
         let now = jiff::Timestamp::now();
         for (name, step) in
             crate::timeline::status_steps(&self.desired.pod, self.status.as_ref(), &status, now)
@@ -102,7 +111,7 @@ impl Worker {
                 let pod = self.desired.pod.clone();
                 self.probes.reconcile(&pod, &observed, terminating);
                 let (_, probe_states) = self.probes.view();
-                self.publish(&observed, terminating, &probe_states);
+                self.publish(&observed, terminating, &probe_states).await;
             }
             Err(e) => debug!(error = %e, "observing the pod after the sync failed; the next sync publishes"),
         }
@@ -127,7 +136,7 @@ impl Worker {
         live.containers.insert(0, started);
         let snapshot = live.clone();
         let (_, probe_states) = self.probes.view();
-        self.publish(&snapshot, false, &probe_states);
+        self.publish(&snapshot, false, &probe_states).await;
     }
 
     /// R9.2: termination messages of exited instances, read once per instance. The files are

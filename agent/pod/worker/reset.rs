@@ -39,7 +39,7 @@ impl Worker {
         for (spec, finished_at) in &triggers {
             self.crash_backoff.next(&backoff_key(spec), *finished_at, now);
         }
-        self.save_backoff();
+        self.save_backoff().await;
         let names: Vec<&str> = triggers.iter().map(|(s, _)| s.name.as_str()).collect();
         info!(exited = ?names, instances = reset.len(), "restarting all containers (RestartAllContainers)");
         self.ctx.normal(

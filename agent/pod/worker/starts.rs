@@ -40,7 +40,7 @@ impl Worker {
             observed.containers.iter().find(|o| o.name == spec.name && o.state == ContainerState::Exited)
         {
             self.crash_backoff.next(&backoff_key(spec), exited.finished_at, now);
-            self.save_backoff();
+            self.save_backoff().await;
         }
         // An in-place update pulled this image before stopping the old instance (DESIGN
         // difference 4): start from that image, not from a second pull after the stop, which
