@@ -8,6 +8,7 @@ use tokio::sync::Mutex as AsyncMutex;
 use crate::backoff::Backoff;
 use crate::cri::CriClient;
 use crate::ledger::Ledger;
+use crate::metrics::Metrics;
 use crate::model::PodKey;
 use crate::node::NodeConfig;
 use crate::registry::Registry;
@@ -29,13 +30,21 @@ pub struct PodContext {
     pub runtime_uids: crate::pleg::RuntimeUids,
     /// What every active pod holds, shared with admission: what a resize must fit beside.
     pub ledger: Ledger,
+    /// Where pod starts, pulls, probes and published statuses are counted.
+    pub metrics: Arc<Metrics>,
 }
 
 pub type Shared = Arc<PodContext>;
 
 impl PodContext {
-    pub fn new(cri: CriClient, node: NodeConfig, registry: Registry, ledger: Ledger) -> Shared {
-        Arc::new(Self::unshared(cri, node, registry, ledger))
+    pub fn new(
+        cri: CriClient,
+        node: NodeConfig,
+        registry: Registry,
+        ledger: Ledger,
+        metrics: Arc<Metrics>,
+    ) -> Shared {
+        Arc::new(Self::unshared(cri, node, registry, ledger, metrics))
     }
 
     /// Cluster mode: [`Self::new`] with API-backed volumes and env from `volumes`.
@@ -44,12 +53,19 @@ impl PodContext {
         node: NodeConfig,
         registry: Registry,
         ledger: Ledger,
+        metrics: Arc<Metrics>,
         volumes: Arc<VolumeManager>,
     ) -> Shared {
-        Arc::new(Self { volumes: Some(volumes), ..Self::unshared(cri, node, registry, ledger) })
+        Arc::new(Self { volumes: Some(volumes), ..Self::unshared(cri, node, registry, ledger, metrics) })
     }
 
-    fn unshared(cri: CriClient, node: NodeConfig, registry: Registry, ledger: Ledger) -> Self {
+    fn unshared(
+        cri: CriClient,
+        node: NodeConfig,
+        registry: Registry,
+        ledger: Ledger,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         Self {
             cri,
             node,
@@ -60,6 +76,7 @@ impl PodContext {
             volumes: None,
             runtime_uids: Default::default(),
             ledger,
+            metrics,
         }
     }
 

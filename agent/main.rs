@@ -373,11 +373,13 @@ async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
 
     // Bound before anything else waits, so a bad address stops the agent at once; /healthz
     // answers (500) while the runtime is awaited.
+    // The agent's one set of metrics, handed to everything that records.
+    let metrics = std::sync::Arc::new(crilet::metrics::Metrics::new());
     if let Some(address) = &s.metrics_bind_address {
         let listener = crilet::metrics::server::bind(address)?;
         tasks.spawn(
             "metrics server",
-            crilet::metrics::server::serve(listener, registry.clone(), cancel.clone()),
+            crilet::metrics::server::serve(listener, registry.clone(), metrics.clone(), cancel.clone()),
         );
     }
     // A kubeconfig that cannot work stops the agent before anything runs; an API server that
@@ -389,7 +391,7 @@ async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
     let cri = CriClient::new(&s.runtime_endpoint, &s.image_endpoint)
         .context("configuring the CRI client")?
         .with_status_cache()
-        .with_observer(crilet::metrics::get());
+        .with_observer(metrics.clone());
     service.starting("waiting for the runtime");
     let Some(runtime) = wait_for_runtime(&cri, &s.runtime_endpoint, &cancel).await else { return Ok(()) };
 
@@ -419,13 +421,14 @@ async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
                 node,
                 registry.clone(),
                 ledger.clone(),
+                metrics.clone(),
                 std::sync::Arc::new(volumes),
             )
         }
-        _ => PodContext::new(cri.clone(), node, registry.clone(), ledger.clone()),
+        _ => PodContext::new(cri.clone(), node, registry.clone(), ledger.clone(), metrics.clone()),
     };
     let ctx_volumes = ctx.volumes.clone();
-    let pleg_state = std::sync::Arc::new(pleg::PlegState::default());
+    let pleg_state = std::sync::Arc::new(pleg::PlegState::new(metrics.clone()));
     {
         let info = crilet::api::RuntimeInfo {
             name: runtime.name.clone(),

@@ -24,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::cri::{CriClient, CriError, RuntimeBrief, api};
+use crate::metrics::Metrics;
 use crate::model::keys;
 use crate::registry::Registry;
 
@@ -44,15 +45,33 @@ const UNIMPLEMENTED_RECHECK: Duration = Duration::from_secs(60);
 pub const RELIST_SLOW: Duration = Duration::from_secs(10);
 
 /// What the PLEG is doing, shared with the control API (`crilet version`) and the relist.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct PlegState {
     following: AtomicBool,
     events_received: AtomicU64,
     /// Asks the relist loop for a relist now (the stream broke, or came back).
     relist_now: Notify,
+    /// Where the relists and the event stream are counted.
+    metrics: Arc<Metrics>,
+}
+
+/// A state whose counts go to metrics of its own, which nobody serves (tools and tests).
+impl Default for PlegState {
+    fn default() -> Self {
+        Self::new(Arc::new(Metrics::new()))
+    }
 }
 
 impl PlegState {
+    pub fn new(metrics: Arc<Metrics>) -> Self {
+        Self {
+            following: AtomicBool::new(false),
+            events_received: AtomicU64::new(0),
+            relist_now: Notify::new(),
+            metrics,
+        }
+    }
+
     /// `events` while the CRI event stream is followed, `relist` otherwise.
     pub fn mode(&self) -> &'static str {
         if self.following.load(Ordering::Relaxed) { "events" } else { "relist" }
@@ -66,7 +85,7 @@ impl PlegState {
     fn set_following(&self, on: bool) {
         self.following.store(on, Ordering::Relaxed);
         if on {
-            crate::metrics::get().evented_connected();
+            self.metrics.evented_connected();
         }
         // Whatever happened while the stream was down (or before it was subscribed) is found
         // by a relist now rather than at the next tick.
@@ -212,7 +231,7 @@ pub async fn follow_events(cri: CriClient, wakers: Wakers, pleg: Arc<PlegState>,
         let ended = follow_once(&cri, &wakers, &pleg, &cancel).await;
         // A runtime without the stream (Unimplemented, rechecked every minute) is no error.
         if !matches!(ended, Ended::Cancelled | Ended::Unimplemented) {
-            crate::metrics::get().evented_connection_error();
+            pleg.metrics.evented_connection_error();
         }
         if pleg.following.load(Ordering::Relaxed) {
             pleg.set_following(false);
@@ -314,7 +333,7 @@ fn on_event(wakers: &Wakers, pleg: &PlegState, ev: &api::ContainerEventResponse)
     pleg.events_received.fetch_add(1, Ordering::Relaxed);
     let kind =
         api::ContainerEventType::try_from(ev.container_event_type).map_or("unknown", |k| k.as_str_name());
-    crate::metrics::get().cri_event(kind, ev.created_at);
+    pleg.metrics.cri_event(kind, ev.created_at);
     match event_uid(ev) {
         Some(uid) => {
             debug!(uid = %uid, container = %ev.container_id, kind, "CRI event");
@@ -362,11 +381,11 @@ pub async fn run(
             _ = tick.tick() => {}
             _ = pleg.relist_now.notified() => tick.reset(),
         }
-        let timer = crate::metrics::get().relist_started();
+        let timer = pleg.metrics.relist_started();
         let brief = match list_all_watched(&cri, &registry).await {
             Ok(v) => v,
             Err(e) => {
-                crate::metrics::get().relist_failed(timer);
+                pleg.metrics.relist_failed(timer);
                 if !failing {
                     warn!(error = %e, "relist failed; the runtime may be restarting");
                 }
@@ -375,7 +394,7 @@ pub async fn run(
                 continue;
             }
         };
-        crate::metrics::get().relisted(timer, &brief);
+        pleg.metrics.relisted(timer, &brief);
         registry.runtime_available();
         registry.liveness().relist_answered();
         if failing {

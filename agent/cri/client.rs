@@ -61,7 +61,7 @@ pub struct CriClient {
     /// reads every status.
     statuses: Option<Arc<StatusCache>>,
     /// Told of every call (the agent's metrics; `with_observer`). A tool's client has none.
-    observer: Option<&'static dyn CallObserver>,
+    observer: Option<Arc<dyn CallObserver>>,
 }
 
 /// Told the outcome and duration of every CRI call: how the agent's metrics learn of them
@@ -148,13 +148,13 @@ impl CriClient {
     }
 
     /// This client, telling `observer` of every call.
-    pub fn with_observer(mut self, observer: &'static dyn CallObserver) -> Self {
+    pub fn with_observer(mut self, observer: Arc<dyn CallObserver>) -> Self {
         self.observer = Some(observer);
         self
     }
 
     fn record_call(&self, op: &'static str, started: std::time::Instant, failed: bool) {
-        if let Some(o) = self.observer {
+        if let Some(o) = &self.observer {
             o.call_finished(op, started.elapsed(), failed);
         }
     }

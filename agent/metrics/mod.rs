@@ -2,9 +2,9 @@
 //! (`pkg/kubelet/metrics`, `pkg/kubelet/prober`), and the `/healthz` answer. [`server`] serves
 //! both on `--metrics-bind-address`.
 //!
-//! The families live in one process-wide [`Metrics`] reached with [`get`], so the CRI client,
-//! the PLEG, the probe workers and the pod workers record without a handle threaded through
-//! them; prometheus-client's families are internally synchronized. Recording allocates nothing
+//! The agent makes one [`Metrics`] and hands it to what records: the CRI client (as its
+//! `CallObserver`), the PLEG (`PlegState`), and the pod and probe workers (`PodContext`);
+//! prometheus-client's families are internally synchronized. Recording allocates nothing
 //! beyond a label set (the CRI and PLEG ones are `&'static str`; probe workers build theirs once)
 //! and no lock is held across an await. The decisions (start latency, runtime counts, health)
 //! are pure functions in the submodules, tested on their own.
@@ -17,8 +17,8 @@ pub mod startup;
 mod tests;
 
 use std::fmt::Write as _;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
@@ -165,13 +165,6 @@ pub struct Metrics {
     last_relist: Mutex<Option<Instant>>,
 }
 
-static METRICS: OnceLock<Metrics> = OnceLock::new();
-
-/// The process-wide metrics (registered on first use).
-pub fn get() -> &'static Metrics {
-    METRICS.get_or_init(Metrics::new)
-}
-
 fn pod_start_histogram() -> Histogram {
     Histogram::new(POD_START_BUCKETS)
 }
@@ -192,8 +185,8 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// A fresh set of families in a registry of its own (tests build their own; the agent uses
-    /// [`get`]).
+    /// A fresh set of families in a registry of its own (the agent makes one and hands it to what
+    /// records; tests build their own).
     pub fn new() -> Self {
         let m = Metrics {
             registry: Registry::default(),

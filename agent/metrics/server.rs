@@ -41,7 +41,12 @@ pub fn bind(address: &str) -> Result<TcpListener, BindError> {
 }
 
 /// Serves `/metrics` and `/healthz` on `listener` until `cancel` fires.
-pub async fn serve(listener: TcpListener, registry: Registry, cancel: CancellationToken) {
+pub async fn serve(
+    listener: TcpListener,
+    registry: Registry,
+    metrics: Arc<super::Metrics>,
+    cancel: CancellationToken,
+) {
     let local = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
     info!(address = %local, "serving /metrics and /healthz");
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
@@ -59,13 +64,13 @@ pub async fn serve(listener: TcpListener, registry: Registry, cancel: Cancellati
                 }
             },
         };
-        let registry = registry.clone();
+        let (registry, metrics) = (registry.clone(), metrics.clone());
         let cancel = cancel.clone();
         tokio::spawn(async move {
             let _permit = permit;
             let service = service_fn(move |req| {
-                let registry = registry.clone();
-                async move { Ok::<_, Infallible>(respond(&req, &registry)) }
+                let (registry, metrics) = (registry.clone(), metrics.clone());
+                async move { Ok::<_, Infallible>(respond(&req, &registry, &metrics)) }
             });
             let conn = http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -79,13 +84,13 @@ pub async fn serve(listener: TcpListener, registry: Registry, cancel: Cancellati
     }
 }
 
-fn respond(req: &Request<Incoming>, registry: &Registry) -> Response<Full<Bytes>> {
+fn respond(req: &Request<Incoming>, registry: &Registry, metrics: &super::Metrics) -> Response<Full<Bytes>> {
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return text(StatusCode::METHOD_NOT_ALLOWED, "only GET and HEAD\n".into());
     }
     match req.uri().path() {
         "/metrics" => {
-            let mut r = Response::new(Full::new(Bytes::from(super::get().encode())));
+            let mut r = Response::new(Full::new(Bytes::from(metrics.encode())));
             r.headers_mut()
                 .insert(header::CONTENT_TYPE, header::HeaderValue::from_static(super::CONTENT_TYPE));
             r

@@ -217,7 +217,7 @@ pub async fn ensure_image(
                 .await;
         pull_with_credentials(ctx, &image, sandbox_config, credentials).await
     };
-    crate::metrics::get().image_pulled(&d.uid, started);
+    ctx.metrics.image_pulled(&d.uid, started);
     match result {
         Ok(_) => {
             if let Ok(mut b) = ctx.image_backoff.lock() {
@@ -527,7 +527,7 @@ pub async fn start_container(ctx: &Shared, req: &StartRequest<'_>) -> Result<Str
     }
     ctx.normal(&d.key, name, "Started", format!("Started container {}", c.name));
     ctx.registry.add_step(&d.key, name, Step::now(StepKind::Started, &id, ""));
-    crate::metrics::get().container_started(&d.key, &c.name, restart_count);
+    ctx.metrics.container_started(&d.key, &c.name, restart_count);
     link_legacy_log(ctx, d, &c.name, &id, &log_dir.join(format!("{restart_count}.log")));
     if let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
         if let Err(msg) = run_handler(&ctx.cri, &id, c, hook, req.pod_ips.first().map(String::as_str)).await {

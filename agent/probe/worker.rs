@@ -121,7 +121,7 @@ impl ProbeTask {
                     );
                 }
                 Attempt::Done { outcome, output, warning } => {
-                    crate::metrics::get().probe(&self.metrics, outcome == Outcome::Success, began.elapsed());
+                    self.ctx.metrics.probe(&self.metrics, outcome == Outcome::Success, began.elapsed());
                     if let Some(w) = warning {
                         self.ctx.warning(
                             &self.key,

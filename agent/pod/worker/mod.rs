@@ -146,7 +146,7 @@ pub async fn run_worker(
     let saved_status = std::fs::read(status_path(&ctx, &initial.uid)).ok();
     let status: Option<PodStatus> = saved_status.as_deref().and_then(|b| serde_json::from_slice(b).ok());
     let kill_saved = crate::pod::terminate::saved_kill_path(&pod_dir(&ctx.node, &initial.uid)).exists();
-    crate::metrics::get().pod_seen(&initial.uid, status.as_ref());
+    ctx.metrics.pod_seen(&initial.uid, status.as_ref());
     let mut w = Worker {
         ctx: ctx.clone(),
         desired: initial,
@@ -178,7 +178,7 @@ pub async fn run_worker(
                         info!("pod terminated");
                         let names: Vec<String> =
                             all_containers(&w.desired.pod).into_iter().map(|(c, _)| c.name).collect();
-                        crate::metrics::get().forget_pod(&w.desired.key, &w.desired.uid, &names);
+                        w.ctx.metrics.forget_pod(&w.desired.key, &w.desired.uid, &names);
                         w.ctx.ledger.set(&w.desired.uid, None);
                         w.ctx.runtime_uids.release(&w.desired.uid);
                         return;

@@ -83,7 +83,7 @@ impl Worker {
             status.message = Some("Pod was active on the node longer than the specified deadline".into());
         }
         pod.status = Some(status.clone());
-        crate::metrics::get().pod_published(&self.desired.uid, &pod);
+        self.ctx.metrics.pod_published(&self.desired.uid, &pod);
         self.ctx.registry.put_pod(
             self.desired.key.clone(),
             PodRecord {
