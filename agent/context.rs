@@ -9,8 +9,8 @@ use crate::backoff::Backoff;
 use crate::cri::CriClient;
 use crate::ledger::Ledger;
 use crate::metrics::Metrics;
-use crate::model::PodKey;
 use crate::node::NodeConfig;
+use crate::recorder::Recorder;
 use crate::registry::Registry;
 use crate::volumes::VolumeManager;
 
@@ -32,6 +32,8 @@ pub struct PodContext {
     pub ledger: Ledger,
     /// Where pod starts, pulls, probes and published statuses are counted.
     pub metrics: Arc<Metrics>,
+    /// Events, timeline steps and their metrics.
+    pub rec: Recorder,
 }
 
 pub type Shared = Arc<PodContext>;
@@ -69,6 +71,7 @@ impl PodContext {
         Self {
             cri,
             node,
+            rec: Recorder::new(registry.clone(), metrics.clone()),
             registry,
             image_backoff: Mutex::new(Backoff::image_pull()),
             pull_lock: AsyncMutex::new(()),
@@ -88,16 +91,6 @@ impl PodContext {
         } else {
             Ok(crate::model::ObservedPod { uid: uid.to_string(), ..Default::default() })
         }
-    }
-
-    pub fn normal(&self, pod: &PodKey, container: Option<&str>, reason: &str, message: String) {
-        tracing::info!(pod = %pod, container = container.unwrap_or(""), reason, "{message}");
-        self.registry.record("Normal", pod, container, reason, message);
-    }
-
-    pub fn warning(&self, pod: &PodKey, container: Option<&str>, reason: &str, message: String) {
-        tracing::warn!(pod = %pod, container = container.unwrap_or(""), reason, "{message}");
-        self.registry.record("Warning", pod, container, reason, message);
     }
 }
 

@@ -24,6 +24,7 @@ pub mod ports;
 pub mod probe;
 pub mod profile;
 pub mod quantity;
+pub mod recorder;
 pub mod registry;
 pub mod source;
 pub mod status;

@@ -41,7 +41,7 @@ pub async fn create_sandbox(
     let handler = d.pod.spec.as_ref().and_then(|s| s.runtime_class_name.clone()).unwrap_or_default();
     ctx.runtime_uids.claim(&d.uid);
     let id = ctx.cri.run_sandbox(config, &handler).await.map_err(|e| {
-        ctx.warning(&d.key, None, "FailedCreatePodSandBox", format!("Failed to create pod sandbox: {e}"));
+        ctx.rec.warning(&d.key, None, "FailedCreatePodSandBox", format!("Failed to create pod sandbox: {e}"));
         err("CreatePodSandboxError", e.to_string())
     })?;
     // Its IPs; the sync also follows the pod from this status (`publish_started`).
@@ -59,7 +59,7 @@ pub const FAILED_MOUNT: &str = "FailedMount";
 async fn prepare_volumes(ctx: &Shared, d: &DesiredPod) -> Result<(), StartError> {
     let Some(vm) = &ctx.volumes else { return Ok(()) };
     vm.prepare(&d.pod).await.map_err(|msg| {
-        ctx.warning(&d.key, None, "FailedMount", msg.clone());
+        ctx.rec.warning(&d.key, None, "FailedMount", msg.clone());
         err(FAILED_MOUNT, msg)
     })
 }
@@ -72,7 +72,7 @@ async fn env_sources(
 ) -> Result<Option<crate::volumes::EnvSources>, StartError> {
     let Some(vm) = &ctx.volumes else { return Ok(None) };
     vm.env_sources(&d.pod, c).await.map(Some).map_err(|msg| {
-        ctx.warning(&d.key, Some(&c.name), "Failed", format!("Error: {msg}"));
+        ctx.rec.warning(&d.key, Some(&c.name), "Failed", format!("Error: {msg}"));
         err("CreateContainerConfigError", msg)
     })
 }
@@ -178,7 +178,7 @@ pub async fn ensure_image(
     let name = Some(c.name.as_str());
     match (policy, present) {
         ("Never", Some(img)) | ("IfNotPresent", Some(img)) => {
-            ctx.normal(
+            ctx.rec.normal(
                 &d.key,
                 name,
                 "Pulled",
@@ -188,7 +188,7 @@ pub async fn ensure_image(
         }
         ("Never", None) => {
             let msg = format!("Container image \"{image}\" is not present with pull policy of Never");
-            ctx.warning(&d.key, name, "ErrImageNeverPull", msg.clone());
+            ctx.rec.warning(&d.key, name, "ErrImageNeverPull", msg.clone());
             return Err(err("ErrImageNeverPull", msg));
         }
         _ => {}
@@ -201,11 +201,11 @@ pub async fn ensure_image(
         if b.backoff_since_update(&key, now).is_some() {
             let msg = format!("Back-off pulling image \"{image}\"");
             drop(b);
-            ctx.normal(&d.key, name, "BackOff", msg.clone());
+            ctx.rec.normal(&d.key, name, "BackOff", msg.clone());
             return Err(err("ImagePullBackOff", msg));
         }
     }
-    ctx.normal(&d.key, name, "Pulling", format!("Pulling image \"{image}\""));
+    ctx.rec.normal(&d.key, name, "Pulling", format!("Pulling image \"{image}\""));
     let started = std::time::Instant::now();
     let result = {
         let credentials = match &ctx.volumes {
@@ -223,7 +223,7 @@ pub async fn ensure_image(
             if let Ok(mut b) = ctx.image_backoff.lock() {
                 b.reset(&key);
             }
-            ctx.normal(
+            ctx.rec.normal(
                 &d.key,
                 name,
                 "Pulled",
@@ -242,8 +242,8 @@ pub async fn ensure_image(
                 b.next(&key, now, now);
             }
             let msg = format!("Failed to pull image \"{image}\": {e}");
-            ctx.warning(&d.key, name, "Failed", msg.clone());
-            ctx.warning(&d.key, name, "Failed", "Error: ErrImagePull".into());
+            ctx.rec.warning(&d.key, name, "Failed", msg.clone());
+            ctx.rec.warning(&d.key, name, "Failed", "Error: ErrImagePull".into());
             Err(err("ErrImagePull", msg))
         }
     }
@@ -467,7 +467,7 @@ pub async fn start_container(ctx: &Shared, req: &StartRequest<'_>) -> Result<Str
         None => ensure_image(ctx, d, c, req.sandbox_config, req.images_seen).await?,
     };
     verify_run_as_non_root(ctx, d, c, &image_ref).await.inspect_err(|e| {
-        ctx.warning(&d.key, name, "Failed", format!("Error: {}", e.message));
+        ctx.rec.warning(&d.key, name, "Failed", format!("Error: {}", e.message));
     })?;
     let restart_count = next_restart_count(ctx, req);
     let log_dir = pod_log_dir(&ctx.node, d).join(&c.name);
@@ -505,35 +505,29 @@ pub async fn start_container(ctx: &Shared, req: &StartRequest<'_>) -> Result<Str
     let config = container_config_with_env(&ctx.node, d, c, req.kind, &rv, mounts, api_env.as_ref())
         .map_err(|e| {
             // The kubelet's text: the event and status already name the container.
-            ctx.warning(&d.key, name, "Failed", format!("Error: {}", e.reason));
+            ctx.rec.warning(&d.key, name, "Failed", format!("Error: {}", e.reason));
             err("CreateContainerConfigError", e.reason)
         })?;
     let wanted_signal = api::Signal::try_from(config.stop_signal).unwrap_or(api::Signal::RuntimeDefault);
     let id =
         ctx.cri.create_container(req.sandbox_id, config, req.sandbox_config.clone()).await.map_err(|e| {
-            ctx.warning(&d.key, name, "Failed", format!("Error: {e}"));
+            ctx.rec.warning(&d.key, name, "Failed", format!("Error: {e}"));
             err("CreateContainerError", e.to_string())
         })?;
-    ctx.normal(&d.key, name, "Created", format!("Created container: {}", c.name));
+    ctx.rec.normal(&d.key, name, "Created", format!("Created container: {}", c.name));
     super::stop_signal::report_if_ignored(ctx, d, c, &id, req.sandbox_id, wanted_signal).await;
-    ctx.registry.add_step(
-        &d.key,
-        name,
-        Step::now(StepKind::Created, &id, format!("restart {restart_count}")),
-    );
+    ctx.rec.step(&d.key, name, Step::now(StepKind::Created, &id, format!("restart {restart_count}")));
     if let Err(e) = ctx.cri.start_container(&id).await {
-        ctx.warning(&d.key, name, "Failed", format!("Error: {e}"));
+        ctx.rec.warning(&d.key, name, "Failed", format!("Error: {e}"));
         return Err(err("RunContainerError", e.to_string()));
     }
-    ctx.normal(&d.key, name, "Started", format!("Started container {}", c.name));
-    ctx.registry.add_step(&d.key, name, Step::now(StepKind::Started, &id, ""));
-    ctx.metrics.container_started(&d.key, &c.name, restart_count);
+    ctx.rec.started(&d.key, &c.name, &id, restart_count);
     link_legacy_log(ctx, d, &c.name, &id, &log_dir.join(format!("{restart_count}.log")));
     if let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
         if let Err(msg) = run_handler(&ctx.cri, &id, c, hook, req.pod_ips.first().map(String::as_str)).await {
             tracing::warn!(pod = %d.key, container = %c.name, error = %msg, "postStart hook failed");
-            ctx.warning(&d.key, name, "FailedPostStartHook", format!("PostStartHook failed: {msg}"));
-            ctx.registry.add_step(
+            ctx.rec.warning(&d.key, name, "FailedPostStartHook", format!("PostStartHook failed: {msg}"));
+            ctx.rec.step(
                 &d.key,
                 name,
                 Step::now(StepKind::Killing, &id, format!("postStart hook failed: {msg}")),

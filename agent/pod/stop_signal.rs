@@ -55,7 +55,7 @@ pub async fn report_if_ignored(
         Err(_) => "the runtime".to_string(),
     };
     let signal = crate::cri::signal::name_of(wanted as i32).unwrap_or_default();
-    ctx.warning(
+    ctx.rec.warning(
         &d.key,
         Some(&c.name),
         IGNORED_REASON,

@@ -197,7 +197,7 @@ impl Supervisor {
                 }
                 Some(_) => {
                     info!(pod = %key, uid = %d.uid, "manifest changed; replacing the pod (new UID)");
-                    self.ctx.normal(
+                    self.ctx.rec.normal(
                         key,
                         None,
                         "Recreating",

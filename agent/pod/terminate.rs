@@ -165,7 +165,7 @@ async fn kill_with_deadline(
     mut wait_for: Vec<watch::Receiver<bool>>,
 ) -> bool {
     let name = observed.name.clone();
-    ctx.normal(&key, Some(&name), "Killing", message);
+    ctx.rec.normal(&key, Some(&name), "Killing", message);
     if let Some(hook) = pre_stop(spec.as_ref(), &observed) {
         let fallback = Container { name: name.clone(), ..Default::default() };
         let c = spec.clone().unwrap_or(fallback);
@@ -175,7 +175,7 @@ async fn kill_with_deadline(
             Ok(Ok(())) => format!("preStop hook finished in {:.1}s", began.elapsed().as_secs_f64()),
             Ok(Err(msg)) => {
                 tracing::warn!(pod = %key, container = %name, error = %msg, "preStop hook failed");
-                ctx.warning(&key, Some(&name), "FailedPreStopHook", format!("PreStopHook failed: {msg}"));
+                ctx.rec.warning(&key, Some(&name), "FailedPreStopHook", format!("PreStopHook failed: {msg}"));
                 format!("preStop hook failed: {msg}")
             }
             Err(_) => {
@@ -183,7 +183,7 @@ async fn kill_with_deadline(
                 "preStop hook did not finish within the grace budget".to_string()
             }
         };
-        ctx.registry.add_step(&key, Some(&name), Step::now(StepKind::PreStop, &observed.id, outcome));
+        ctx.rec.step(&key, Some(&name), Step::now(StepKind::PreStop, &observed.id, outcome));
     }
     for rx in &mut wait_for {
         tokio::select! {
@@ -195,7 +195,7 @@ async fn kill_with_deadline(
         Ok(()) => true,
         Err(e) if e.is_not_found() => true,
         Err(e) => {
-            ctx.warning(
+            ctx.rec.warning(
                 &key,
                 Some(&name),
                 "FailedKillContainer",
@@ -339,7 +339,7 @@ pub async fn kill_pod_by(
     let names: Vec<String> = running.iter().map(|c| c.name.clone()).collect();
     if !names.is_empty() {
         let detail = format!("{reason}; grace period {}s", grace.as_secs());
-        ctx.registry.add_step(key, None, Step::now(StepKind::PodKilling, "", detail));
+        ctx.rec.step(key, None, Step::now(StepKind::PodKilling, "", detail));
     }
     let prereqs = stop_prerequisites(pod, &names);
     let mut done_tx: HashMap<String, watch::Sender<bool>> = HashMap::new();
@@ -356,7 +356,7 @@ pub async fn kill_pod_by(
             .filter_map(|p| done_tx.get(p).map(watch::Sender::subscribe))
             .collect();
         let Some(tx) = done_tx.get(&c.name).cloned() else { continue };
-        ctx.registry.add_step(key, Some(&c.name), Step::now(StepKind::Killing, &c.id, reason));
+        ctx.rec.step(key, Some(&c.name), Step::now(StepKind::Killing, &c.id, reason));
         let fut = kill_with_deadline(
             ctx.clone(),
             key.clone(),
@@ -384,7 +384,12 @@ pub async fn kill_pod_by(
                 Err(e) if e.is_not_found() => {}
                 Err(e) => {
                     all_stopped = false;
-                    ctx.warning(key, None, "FailedKillPod", format!("Failed to stop sandbox {}: {e}", sb.id));
+                    ctx.rec.warning(
+                        key,
+                        None,
+                        "FailedKillPod",
+                        format!("Failed to stop sandbox {}: {e}", sb.id),
+                    );
                 }
             }
         }
@@ -396,13 +401,13 @@ pub async fn kill_pod_by(
     let used = budget_used(grace, deadline.saturating_duration_since(now), over);
     if !names.is_empty() && all_stopped {
         let detail = stopped_detail(reason, used, grace);
-        ctx.registry.add_step(key, None, Step::now(StepKind::PodStopped, "", detail.clone()));
+        ctx.rec.step(key, None, Step::now(StepKind::PodStopped, "", detail.clone()));
         if over <= Duration::from_secs(1) {
-            ctx.normal(key, None, "PodStopped", detail);
+            ctx.rec.normal(key, None, "PodStopped", detail);
         }
     }
     if over > Duration::from_secs(1) {
-        ctx.warning(
+        ctx.rec.warning(
             key,
             None,
             "GracePeriodOverrun",

@@ -113,7 +113,7 @@ impl ProbeTask {
             let title = self.kind.title();
             match attempt {
                 Attempt::Error(e) => {
-                    self.ctx.warning(
+                    self.ctx.rec.warning(
                         &self.key,
                         Some(&name),
                         "Unhealthy",
@@ -123,7 +123,7 @@ impl ProbeTask {
                 Attempt::Done { outcome, output, warning } => {
                     self.ctx.metrics.probe(&self.metrics, outcome == Outcome::Success, began.elapsed());
                     if let Some(w) = warning {
-                        self.ctx.warning(
+                        self.ctx.rec.warning(
                             &self.key,
                             Some(&name),
                             "ProbeWarning",
@@ -131,7 +131,7 @@ impl ProbeTask {
                         );
                     }
                     if outcome == Outcome::Failure {
-                        self.ctx.warning(
+                        self.ctx.rec.warning(
                             &self.key,
                             Some(&name),
                             "Unhealthy",

@@ -141,7 +141,7 @@ impl Worker {
             remove_tree(pod_dir(&ctx.node, &self.desired.uid)).await;
             self.probes.stop();
             ctx.registry.remove_pod(&key);
-            ctx.normal(&key, None, "Removed", format!("Pod {} removed", key));
+            ctx.rec.normal(&key, None, "Removed", format!("Pod {} removed", key));
         }
         true
     }

@@ -38,7 +38,7 @@ impl Worker {
                 state.blocked = None;
                 state.transition = jiff::Timestamp::now().to_string();
                 info!("in-place update complete");
-                ctx.normal(
+                ctx.rec.normal(
                     &key,
                     None,
                     "InPlaceUpdated",
@@ -71,7 +71,7 @@ impl Worker {
         }
         if !newly.is_empty() {
             info!(containers = ?newly, "updating container images in place");
-            ctx.normal(
+            ctx.rec.normal(
                 &key,
                 None,
                 "InPlaceUpdate",
@@ -79,7 +79,7 @@ impl Worker {
             );
             for (name, image) in &changed {
                 if update::floating_tag(image) {
-                    ctx.warning(&key, Some(name), "FloatingTag", format!("Image \"{image}\" uses a floating tag: an in-place update cannot tell which version will run"));
+                    ctx.rec.warning(&key, Some(name), "FloatingTag", format!("Image \"{image}\" uses a floating tag: an in-place update cannot tell which version will run"));
                 }
             }
         }

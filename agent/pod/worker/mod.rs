@@ -284,7 +284,7 @@ impl Worker {
         let deadline = self.active_deadline(&observed);
         if deadline.is_some_and(|d| d <= now_ns()) && !self.deadline_exceeded {
             self.deadline_exceeded = true;
-            ctx.warning(
+            ctx.rec.warning(
                 &self.desired.key,
                 None,
                 "DeadlineExceeded",
@@ -375,7 +375,7 @@ impl Worker {
                 return Ok(None);
             }
             if !observed.sandboxes.is_empty() {
-                ctx.normal(
+                ctx.rec.normal(
                     &key,
                     None,
                     "SandboxChanged",
@@ -402,11 +402,7 @@ impl Worker {
             self.killed_by_agent.insert(k.id.clone());
             let new_image = self.update.as_ref().filter(|u| !u.done).and_then(|u| u.images.get(&k.name));
             let why = crate::timeline::kill_why(&k.message, new_image.map(String::as_str));
-            ctx.registry.add_step(
-                &key,
-                Some(&k.name),
-                crate::timeline::Step::now(StepKind::Killing, &k.id, why),
-            );
+            ctx.rec.step(&key, Some(&k.name), crate::timeline::Step::now(StepKind::Killing, &k.id, why));
             kill_one(&ctx, &self.desired, spec, &k.id, g, &k.message, pod_ip.as_deref()).await;
         }
 

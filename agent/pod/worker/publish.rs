@@ -97,7 +97,7 @@ impl Worker {
         for (name, step) in
             crate::timeline::status_steps(&self.desired.pod, self.status.as_ref(), &status, now)
         {
-            self.ctx.registry.add_step(&self.desired.key, Some(&name), step);
+            self.ctx.rec.step(&self.desired.key, Some(&name), step);
         }
         self.status = Some(status);
     }

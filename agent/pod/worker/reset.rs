@@ -42,7 +42,7 @@ impl Worker {
         self.save_backoff().await;
         let names: Vec<&str> = triggers.iter().map(|(s, _)| s.name.as_str()).collect();
         info!(exited = ?names, instances = reset.len(), "restarting all containers (RestartAllContainers)");
-        self.ctx.normal(
+        self.ctx.rec.normal(
             &key,
             None,
             "RestartAllContainers",
@@ -53,7 +53,7 @@ impl Worker {
         );
         for r in reset.iter().filter(|r| r.kill) {
             self.killed_by_agent.insert(r.id.clone());
-            self.ctx.normal(
+            self.ctx.rec.normal(
                 &key,
                 Some(&r.name),
                 "Killing",

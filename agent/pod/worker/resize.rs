@@ -80,7 +80,7 @@ impl Worker {
                 self.resize.pending = None;
                 self.resize.progress = Some((jiff::Timestamp::now(), None));
                 let text = resize::event_text("started", &spec, None);
-                self.ctx.normal(&self.desired.key, None, "ResizeStarted", text);
+                self.ctx.rec.normal(&self.desired.key, None, "ResizeStarted", text);
                 a
             }
             Decision::Deferred(message) => {
@@ -125,7 +125,7 @@ impl Worker {
             return;
         }
         let text = resize::event_text(&reason.to_lowercase(), &self.desired.pod, Some(&message));
-        self.ctx.warning(&self.desired.key, None, event, text);
+        self.ctx.rec.warning(&self.desired.key, None, event, text);
         self.resize.pending = Some((reason.to_string(), message, jiff::Timestamp::now()));
     }
 
@@ -210,7 +210,7 @@ impl Worker {
                     self.resize.progress.as_ref().and_then(|(_, e)| e.as_deref()) == Some(error.as_str());
                 if !said {
                     let text = resize::event_text("error", running, Some(&error));
-                    self.ctx.warning(&self.desired.key, None, "ResizeError", text);
+                    self.ctx.rec.warning(&self.desired.key, None, "ResizeError", text);
                 }
                 if let Some((_, e)) = self.resize.progress.as_mut() {
                     *e = Some(error);
@@ -327,7 +327,7 @@ impl Worker {
             // The status published at the start of this sync still shows it in progress.
             self.acted = true;
             let text = resize::event_text("completed", running, None);
-            self.ctx.normal(&self.desired.key, None, "ResizeCompleted", text);
+            self.ctx.rec.normal(&self.desired.key, None, "ResizeCompleted", text);
         }
     }
 
