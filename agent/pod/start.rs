@@ -20,6 +20,14 @@ use crate::model::{ContainerState, DesiredPod, ObservedPod};
 use crate::status::StartError;
 use crate::timeline::{Step, StepKind};
 
+mod image;
+mod mounts;
+
+use image::pulled_image_present;
+pub use image::{ImagesSeen, ensure_image, look_up_images};
+pub use mounts::hosts_file;
+use mounts::prepare_mounts;
+
 fn err(reason: &str, message: impl Into<String>) -> StartError {
     StartError { reason: reason.to_string(), message: message.into() }
 }
@@ -139,144 +147,6 @@ pub struct StartRequest<'a> {
     pub images_seen: Option<&'a ImagesSeen>,
 }
 
-/// What `ImageStatus` answered for each image, asked while the sandbox was being created.
-pub type ImagesSeen = HashMap<String, Option<api::Image>>;
-
-/// Asks the runtime for each image at once. Done beside `RunPodSandbox` for the containers the
-/// same sync will start, so the sandbox's creation hides the lookups; an image whose lookup
-/// failed is simply asked again at its start.
-pub async fn look_up_images(ctx: &Shared, images: BTreeSet<String>) -> ImagesSeen {
-    let lookups = images.into_iter().filter(|i| !i.is_empty()).map(|image| async move {
-        let found = ctx.cri.image_id(&image).await;
-        found.ok().map(|img| (image, img))
-    });
-    futures::future::join_all(lookups).await.into_iter().flatten().collect()
-}
-
-/// Ensures the image per `imagePullPolicy` (R11.2, R7.11); returns the runtime's image ID.
-/// `seen` is what `ImageStatus` answered for it moments ago, in this sync ([`look_up_images`]).
-pub async fn ensure_image(
-    ctx: &Shared,
-    d: &DesiredPod,
-    c: &Container,
-    sandbox_config: &api::PodSandboxConfig,
-    seen: Option<&ImagesSeen>,
-) -> Result<String, StartError> {
-    let image = c.image.clone().unwrap_or_default();
-    if image.is_empty() {
-        return Err(err("InvalidImageName", "container image is empty"));
-    }
-    let policy = c.image_pull_policy.as_deref().unwrap_or("IfNotPresent");
-    let present = match seen.and_then(|s| s.get(&image)) {
-        Some(found) => found.clone(),
-        None => ctx
-            .cri
-            .image_id(&image)
-            .await
-            .map_err(|e| err("ImageInspectError", format!("Failed to inspect image \"{image}\": {e}")))?,
-    };
-    let name = Some(c.name.as_str());
-    match (policy, present) {
-        ("Never", Some(img)) | ("IfNotPresent", Some(img)) => {
-            ctx.rec.normal(
-                &d.key,
-                name,
-                "Pulled",
-                format!("Container image \"{image}\" already present on machine"),
-            );
-            return Ok(img.id);
-        }
-        ("Never", None) => {
-            let msg = format!("Container image \"{image}\" is not present with pull policy of Never");
-            ctx.rec.warning(&d.key, name, "ErrImageNeverPull", msg.clone());
-            return Err(err("ErrImageNeverPull", msg));
-        }
-        _ => {}
-    }
-    let key = format!("{}_{}", d.uid, image);
-    let now = now_ns();
-    if let Ok(mut b) = ctx.image_backoff.lock() {
-        // Entries unused for 2 × max are gone (they no longer change any decision).
-        b.gc(now);
-        if b.backoff_since_update(&key, now).is_some() {
-            let msg = format!("Back-off pulling image \"{image}\"");
-            drop(b);
-            ctx.rec.normal(&d.key, name, "BackOff", msg.clone());
-            return Err(err("ImagePullBackOff", msg));
-        }
-    }
-    ctx.rec.normal(&d.key, name, "Pulling", format!("Pulling image \"{image}\""));
-    let started = std::time::Instant::now();
-    let result = {
-        let credentials = match &ctx.volumes {
-            Some(vm) => vm.pull_credentials(&d.pod, &image).await,
-            None => Vec::new(),
-        };
-        let _serial =
-            tracing::Instrument::instrument(ctx.pull_lock.lock(), tracing::trace_span!("wait_pull_lock"))
-                .await;
-        pull_with_credentials(ctx, &image, sandbox_config, credentials).await
-    };
-    ctx.metrics.image_pulled(&d.uid, started);
-    match result {
-        Ok(_) => {
-            if let Ok(mut b) = ctx.image_backoff.lock() {
-                b.reset(&key);
-            }
-            ctx.rec.normal(
-                &d.key,
-                name,
-                "Pulled",
-                format!("Successfully pulled image \"{image}\" in {:.3}s", started.elapsed().as_secs_f64()),
-            );
-            let img = ctx
-                .cri
-                .image_id(&image)
-                .await
-                .map_err(|e| err("ImageInspectError", e.to_string()))?
-                .ok_or_else(|| err("ErrImagePull", format!("image \"{image}\" not present after pull")))?;
-            Ok(img.id)
-        }
-        Err(e) => {
-            if let Ok(mut b) = ctx.image_backoff.lock() {
-                b.next(&key, now, now);
-            }
-            let msg = format!("Failed to pull image \"{image}\": {e}");
-            ctx.rec.warning(&d.key, name, "Failed", msg.clone());
-            ctx.rec.warning(&d.key, name, "Failed", "Error: ErrImagePull".into());
-            Err(err("ErrImagePull", msg))
-        }
-    }
-}
-
-/// Pulls `image` with each matching credential in turn until one works (the kubelet's
-/// keyring order), or without any when none matches.
-async fn pull_with_credentials(
-    ctx: &Shared,
-    image: &str,
-    sandbox_config: &api::PodSandboxConfig,
-    credentials: Vec<crate::volumes::pull_secrets::Credential>,
-) -> Result<String, crate::cri::CriError> {
-    if credentials.is_empty() {
-        return ctx.cri.pull_image(image, Some(sandbox_config.clone())).await;
-    }
-    let mut last = None;
-    for c in credentials {
-        // No server address: the credential was matched to the image's registry here, and
-        // containerd drops one whose address is not a URL naming the host it dials.
-        let _ = c.server;
-        let auth = api::AuthConfig { username: c.username, password: c.password, ..Default::default() };
-        match ctx.cri.pull_image_with(image, Some(sandbox_config.clone()), Some(auth)).await {
-            Ok(r) => return Ok(r),
-            Err(e) => last = Some(e),
-        }
-    }
-    match last {
-        Some(e) => Err(e),
-        None => ctx.cri.pull_image(image, Some(sandbox_config.clone())).await,
-    }
-}
-
 /// R1.14: the restart count of the new instance.
 fn next_restart_count(ctx: &Shared, req: &StartRequest<'_>) -> u32 {
     match req.observed.newest(&req.spec.name) {
@@ -285,162 +155,6 @@ fn next_restart_count(ctx: &Shared, req: &StartRequest<'_>) -> u32 {
             restart_count_from_logs(&pod_log_dir(&ctx.node, req.desired).join(&req.spec.name)).unwrap_or(0)
         }
     }
-}
-
-/// A mount's `subPathExpr` with `$(VAR)` taken from the container's environment, refused as
-/// the kubelet refuses it: a variable without a value, an absolute path, a `..` step.
-fn expand_sub_path(expr: &str, env: &[(String, String)]) -> Result<String, String> {
-    let missing = std::cell::RefCell::new(std::collections::BTreeSet::new());
-    let value = |n: &str| {
-        let v = env.iter().rev().find(|(k, _)| k == n).map(|(_, v)| v.clone()).filter(|v| !v.is_empty());
-        if v.is_none() {
-            missing.borrow_mut().insert(n.to_string());
-        }
-        Some(v.unwrap_or_default())
-    };
-    let sub = crate::expand::expand(expr, &value);
-    let missing = missing.into_inner();
-    if !missing.is_empty() {
-        return Err(format!("missing value for {}", missing.into_iter().collect::<Vec<_>>().join(", ")));
-    }
-    if sub.starts_with('/') {
-        return Err(format!("error SubPath `{sub}` must not be an absolute path"));
-    }
-    if sub.split('/').any(|part| part == "..") {
-        return Err(format!("unable to provision SubPath `{sub}`: must not contain '..'"));
-    }
-    Ok(sub)
-}
-
-/// Host paths for the container's volume mounts (emptyDir created on first use), plus the
-/// termination-message file (R1.12).
-fn prepare_mounts(
-    ctx: &Shared,
-    req: &StartRequest<'_>,
-    env: &[(String, String)],
-) -> Result<(Vec<api::Mount>, Option<PathBuf>), StartError> {
-    let d = req.desired;
-    let c = req.spec;
-    let volumes = d.pod.spec.as_ref().and_then(|s| s.volumes.clone()).unwrap_or_default();
-    let mut mounts = Vec::new();
-    for vm in c.volume_mounts.iter().flatten() {
-        let Some(vol) = volumes.iter().find(|v| v.name == vm.name) else {
-            return Err(err("CreateContainerConfigError", format!("volume {:?} not found", vm.name)));
-        };
-        let api_volume = crate::volumes::host_path(&ctx.node, &d.uid, vol);
-        let mut host: PathBuf = if let Some(hp) = &vol.host_path {
-            let p = PathBuf::from(&hp.path);
-            prepare_host_path(&p, hp.type_.as_deref().unwrap_or("")).map_err(|m| {
-                err("CreateContainerConfigError", format!("hostPath volume {:?}: {m}", vol.name))
-            })?;
-            p
-        } else if let Some(p) = api_volume.clone() {
-            // Written by `VolumeManager::prepare` before the sandbox.
-            if !crate::volumes::is_set_up(&p) {
-                return Err(err(
-                    "CreateContainerConfigError",
-                    format!("volume {:?} is not set up", vol.name),
-                ));
-            }
-            p
-        } else {
-            let p = empty_dir(&ctx.node, &d.uid, &vol.name);
-            // World-writable like the kubelet's emptyDir, so non-root containers can use it.
-            mkdir(&p, 0o777)
-                .map_err(|e| err("CreateContainerConfigError", format!("emptyDir {:?}: {e}", vol.name)))?;
-            p
-        };
-        let expanded = match vm.sub_path_expr.as_deref().filter(|s| !s.is_empty()) {
-            Some(expr) => Some(expand_sub_path(expr, env).map_err(|m| err("CreateContainerConfigError", m))?),
-            None => None,
-        };
-        if let Some(sub) = expanded.as_deref().or(vm.sub_path.as_deref()).filter(|s| !s.is_empty()) {
-            let resolved = match api_volume {
-                Some(_) => crate::volumes::sub_path_in_volume(&host, sub),
-                None => crate::volumes::sub_path_in(&host, sub),
-            };
-            host = resolved.map_err(|e| {
-                err("CreateContainerConfigError", format!("volume {:?} subPath {sub:?}: {e}", vol.name))
-            })?;
-        }
-        mounts.push(api::Mount {
-            container_path: vm.mount_path.clone(),
-            host_path: host.display().to_string(),
-            // The kubelet mounts these volume types read-only whatever the mount says.
-            readonly: vm.read_only == Some(true) || api_volume.is_some(),
-            ..Default::default()
-        });
-    }
-    // The kubelet-managed /etc/hosts (pod IP, hostname, hostAliases), unless the container
-    // mounts its own.
-    if !mounts.iter().any(|m| m.container_path == "/etc/hosts") {
-        let dir = pod_dir(&ctx.node, &d.uid);
-        mkdir(&dir, 0o750)
-            .map_err(|e| err("CreateContainerConfigError", format!("creating pod directory: {e}")))?;
-        let hosts = dir.join("etc-hosts");
-        let text = hosts_file(&d.pod, req.pod_ips);
-        std::fs::write(&hosts, text)
-            .and_then(|_| std::fs::set_permissions(&hosts, std::fs::Permissions::from_mode(0o644)))
-            .map_err(|e| err("CreateContainerConfigError", format!("writing /etc/hosts: {e}")))?;
-        mounts.push(api::Mount {
-            container_path: "/etc/hosts".into(),
-            host_path: hosts.display().to_string(),
-            readonly: false,
-            ..Default::default()
-        });
-    }
-    let mut termination_file = None;
-    let tpath = c.termination_message_path.clone().unwrap_or_else(|| "/dev/termination-log".into());
-    if !tpath.is_empty() {
-        let dir = pod_dir(&ctx.node, &d.uid).join("containers").join(&c.name);
-        mkdir(&dir, 0o750)
-            .map_err(|e| err("CreateContainerConfigError", format!("termination message dir: {e}")))?;
-        let file = dir.join(format!("{:08x}", fastrand::u32(..)));
-        std::fs::write(&file, b"")
-            .and_then(|_| std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)))
-            .map_err(|e| err("CreateContainerConfigError", format!("termination message file: {e}")))?;
-        mounts.push(api::Mount {
-            container_path: tpath,
-            host_path: file.display().to_string(),
-            readonly: false,
-            ..Default::default()
-        });
-        termination_file = Some(file);
-    }
-    Ok((mounts, termination_file))
-}
-
-/// hostPath `type` checks as the kubelet does them (create the *OrCreate kinds).
-fn prepare_host_path(p: &Path, kind: &str) -> Result<(), String> {
-    let meta = std::fs::metadata(p);
-    use std::os::unix::fs::FileTypeExt;
-    match kind {
-        "" => Ok(()),
-        "DirectoryOrCreate" => {
-            if meta.is_err() {
-                mkdir(p, 0o755).map_err(|e| e.to_string())?;
-            }
-            Ok(())
-        }
-        "FileOrCreate" => {
-            if meta.is_err() {
-                std::fs::OpenOptions::new().create(true).append(true).open(p).map_err(|e| e.to_string())?;
-            }
-            Ok(())
-        }
-        "Directory" if meta.as_ref().is_ok_and(|m| m.is_dir()) => Ok(()),
-        "File" if meta.as_ref().is_ok_and(|m| m.is_file()) => Ok(()),
-        "Socket" if meta.as_ref().is_ok_and(|m| m.file_type().is_socket()) => Ok(()),
-        "CharDevice" if meta.as_ref().is_ok_and(|m| m.file_type().is_char_device()) => Ok(()),
-        "BlockDevice" if meta.as_ref().is_ok_and(|m| m.file_type().is_block_device()) => Ok(()),
-        other => Err(format!("{} is not a {other}", p.display())),
-    }
-}
-
-/// The image an in-place update pulled, if the runtime still has it (else the normal pull path).
-async fn pulled_image_present(ctx: &Shared, id: Option<&str>) -> Option<String> {
-    let id = id.filter(|id| !id.is_empty())?;
-    ctx.cri.image_id(id).await.ok().flatten().map(|img| img.id)
 }
 
 /// An ephemeral container's `targetContainerName`: the running instance whose PID namespace it
@@ -613,39 +327,6 @@ async fn verify_run_as_non_root(
     }
 }
 
-/// The pod's /etc/hosts as the kubelet writes it: the node's file for host-network pods, else
-/// the standard local entries and the pod's own IP and hostname; then the hostAliases.
-pub fn hosts_file(pod: &k8s_openapi::api::core::v1::Pod, pod_ips: &[String]) -> String {
-    let spec = pod.spec.as_ref();
-    let mut out = String::from("# Kubernetes-managed hosts file.\n");
-    if spec.and_then(|s| s.host_network) == Some(true) {
-        out = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
-    } else {
-        out.push_str("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n");
-        out.push_str("fe00::0\tip6-localnet\nfe00::0\tip6-mcastprefix\nfe00::1\tip6-allnodes\nfe00::2\tip6-allrouters\n");
-        let host = super::spec::hostname(pod);
-        let fqdn = match spec.and_then(|s| s.subdomain.as_deref()) {
-            Some(sub) if !sub.is_empty() => {
-                let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
-                format!("{host}.{sub}.{ns}.svc.cluster.local\t{host}")
-            }
-            _ => host,
-        };
-        for ip in pod_ips {
-            out.push_str(&format!("{ip}\t{fqdn}\n"));
-        }
-    }
-    let aliases = spec.and_then(|s| s.host_aliases.as_ref()).filter(|a| !a.is_empty());
-    if let Some(aliases) = aliases {
-        out.push_str("\n# Entries added by HostAliases.\n");
-        for a in aliases {
-            let names = a.hostnames.clone().unwrap_or_default().join("\t");
-            out.push_str(&format!("{}\t{names}\n", a.ip));
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use k8s_openapi::api::core::v1::{HostAlias, Pod, PodSpec};
@@ -667,28 +348,5 @@ mod tests {
         assert!(text.starts_with("# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n"), "{text}");
         assert!(text.contains("10.88.77.5\tweb\n"), "{text}");
         assert!(text.ends_with("# Entries added by HostAliases.\n10.1.2.3\ta\tb\n"), "{text}");
-    }
-}
-
-#[cfg(test)]
-mod sub_path_tests {
-    use super::*;
-
-    #[test]
-    fn sub_path_expressions_expand_and_are_checked_as_the_kubelets() {
-        let env: Vec<(String, String)> = [("POD", "web-0"), ("EMPTY", ""), ("UP", ".."), ("ABS", "/etc")]
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        let cases = [
-            ("logs/$(POD)", Ok("logs/web-0".to_string())),
-            ("$(POD)/$$(POD)", Ok("web-0/$(POD)".to_string())),
-            ("$(NOPE)/$(EMPTY)", Err("missing value for EMPTY, NOPE".to_string())),
-            ("$(ABS)/x", Err("error SubPath `/etc/x` must not be an absolute path".to_string())),
-            ("a/$(UP)/b", Err("unable to provision SubPath `a/../b`: must not contain '..'".to_string())),
-        ];
-        for (expr, want) in cases {
-            assert_eq!(expand_sub_path(expr, &env), want, "{expr}");
-        }
     }
 }

@@ -1,0 +1,210 @@
+//! A container's mounts: volumes, subPaths (expanded and never through a symlink), hostPath
+//! checks, `/etc/hosts`, and the termination message file.
+
+use super::*;
+
+/// A mount's `subPathExpr` with `$(VAR)` taken from the container's environment, refused as
+/// the kubelet refuses it: a variable without a value, an absolute path, a `..` step.
+pub(super) fn expand_sub_path(expr: &str, env: &[(String, String)]) -> Result<String, String> {
+    let missing = std::cell::RefCell::new(std::collections::BTreeSet::new());
+    let value = |n: &str| {
+        let v = env.iter().rev().find(|(k, _)| k == n).map(|(_, v)| v.clone()).filter(|v| !v.is_empty());
+        if v.is_none() {
+            missing.borrow_mut().insert(n.to_string());
+        }
+        Some(v.unwrap_or_default())
+    };
+    let sub = crate::expand::expand(expr, &value);
+    let missing = missing.into_inner();
+    if !missing.is_empty() {
+        return Err(format!("missing value for {}", missing.into_iter().collect::<Vec<_>>().join(", ")));
+    }
+    if sub.starts_with('/') {
+        return Err(format!("error SubPath `{sub}` must not be an absolute path"));
+    }
+    if sub.split('/').any(|part| part == "..") {
+        return Err(format!("unable to provision SubPath `{sub}`: must not contain '..'"));
+    }
+    Ok(sub)
+}
+
+/// Host paths for the container's volume mounts (emptyDir created on first use), plus the
+/// termination-message file (R1.12).
+pub(super) fn prepare_mounts(
+    ctx: &Shared,
+    req: &StartRequest<'_>,
+    env: &[(String, String)],
+) -> Result<(Vec<api::Mount>, Option<PathBuf>), StartError> {
+    let d = req.desired;
+    let c = req.spec;
+    let volumes = d.pod.spec.as_ref().and_then(|s| s.volumes.clone()).unwrap_or_default();
+    let mut mounts = Vec::new();
+    for vm in c.volume_mounts.iter().flatten() {
+        let Some(vol) = volumes.iter().find(|v| v.name == vm.name) else {
+            return Err(err("CreateContainerConfigError", format!("volume {:?} not found", vm.name)));
+        };
+        let api_volume = crate::volumes::host_path(&ctx.node, &d.uid, vol);
+        let mut host: PathBuf = if let Some(hp) = &vol.host_path {
+            let p = PathBuf::from(&hp.path);
+            prepare_host_path(&p, hp.type_.as_deref().unwrap_or("")).map_err(|m| {
+                err("CreateContainerConfigError", format!("hostPath volume {:?}: {m}", vol.name))
+            })?;
+            p
+        } else if let Some(p) = api_volume.clone() {
+            // Written by `VolumeManager::prepare` before the sandbox.
+            if !crate::volumes::is_set_up(&p) {
+                return Err(err(
+                    "CreateContainerConfigError",
+                    format!("volume {:?} is not set up", vol.name),
+                ));
+            }
+            p
+        } else {
+            let p = empty_dir(&ctx.node, &d.uid, &vol.name);
+            // World-writable like the kubelet's emptyDir, so non-root containers can use it.
+            mkdir(&p, 0o777)
+                .map_err(|e| err("CreateContainerConfigError", format!("emptyDir {:?}: {e}", vol.name)))?;
+            p
+        };
+        let expanded = match vm.sub_path_expr.as_deref().filter(|s| !s.is_empty()) {
+            Some(expr) => Some(expand_sub_path(expr, env).map_err(|m| err("CreateContainerConfigError", m))?),
+            None => None,
+        };
+        if let Some(sub) = expanded.as_deref().or(vm.sub_path.as_deref()).filter(|s| !s.is_empty()) {
+            let resolved = match api_volume {
+                Some(_) => crate::volumes::sub_path_in_volume(&host, sub),
+                None => crate::volumes::sub_path_in(&host, sub),
+            };
+            host = resolved.map_err(|e| {
+                err("CreateContainerConfigError", format!("volume {:?} subPath {sub:?}: {e}", vol.name))
+            })?;
+        }
+        mounts.push(api::Mount {
+            container_path: vm.mount_path.clone(),
+            host_path: host.display().to_string(),
+            // The kubelet mounts these volume types read-only whatever the mount says.
+            readonly: vm.read_only == Some(true) || api_volume.is_some(),
+            ..Default::default()
+        });
+    }
+    // The kubelet-managed /etc/hosts (pod IP, hostname, hostAliases), unless the container
+    // mounts its own.
+    if !mounts.iter().any(|m| m.container_path == "/etc/hosts") {
+        let dir = pod_dir(&ctx.node, &d.uid);
+        mkdir(&dir, 0o750)
+            .map_err(|e| err("CreateContainerConfigError", format!("creating pod directory: {e}")))?;
+        let hosts = dir.join("etc-hosts");
+        let text = hosts_file(&d.pod, req.pod_ips);
+        std::fs::write(&hosts, text)
+            .and_then(|_| std::fs::set_permissions(&hosts, std::fs::Permissions::from_mode(0o644)))
+            .map_err(|e| err("CreateContainerConfigError", format!("writing /etc/hosts: {e}")))?;
+        mounts.push(api::Mount {
+            container_path: "/etc/hosts".into(),
+            host_path: hosts.display().to_string(),
+            readonly: false,
+            ..Default::default()
+        });
+    }
+    let mut termination_file = None;
+    let tpath = c.termination_message_path.clone().unwrap_or_else(|| "/dev/termination-log".into());
+    if !tpath.is_empty() {
+        let dir = pod_dir(&ctx.node, &d.uid).join("containers").join(&c.name);
+        mkdir(&dir, 0o750)
+            .map_err(|e| err("CreateContainerConfigError", format!("termination message dir: {e}")))?;
+        let file = dir.join(format!("{:08x}", fastrand::u32(..)));
+        std::fs::write(&file, b"")
+            .and_then(|_| std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)))
+            .map_err(|e| err("CreateContainerConfigError", format!("termination message file: {e}")))?;
+        mounts.push(api::Mount {
+            container_path: tpath,
+            host_path: file.display().to_string(),
+            readonly: false,
+            ..Default::default()
+        });
+        termination_file = Some(file);
+    }
+    Ok((mounts, termination_file))
+}
+
+/// hostPath `type` checks as the kubelet does them (create the *OrCreate kinds).
+pub(super) fn prepare_host_path(p: &Path, kind: &str) -> Result<(), String> {
+    let meta = std::fs::metadata(p);
+    use std::os::unix::fs::FileTypeExt;
+    match kind {
+        "" => Ok(()),
+        "DirectoryOrCreate" => {
+            if meta.is_err() {
+                mkdir(p, 0o755).map_err(|e| e.to_string())?;
+            }
+            Ok(())
+        }
+        "FileOrCreate" => {
+            if meta.is_err() {
+                std::fs::OpenOptions::new().create(true).append(true).open(p).map_err(|e| e.to_string())?;
+            }
+            Ok(())
+        }
+        "Directory" if meta.as_ref().is_ok_and(|m| m.is_dir()) => Ok(()),
+        "File" if meta.as_ref().is_ok_and(|m| m.is_file()) => Ok(()),
+        "Socket" if meta.as_ref().is_ok_and(|m| m.file_type().is_socket()) => Ok(()),
+        "CharDevice" if meta.as_ref().is_ok_and(|m| m.file_type().is_char_device()) => Ok(()),
+        "BlockDevice" if meta.as_ref().is_ok_and(|m| m.file_type().is_block_device()) => Ok(()),
+        other => Err(format!("{} is not a {other}", p.display())),
+    }
+}
+
+/// The pod's /etc/hosts as the kubelet writes it: the node's file for host-network pods, else
+/// the standard local entries and the pod's own IP and hostname; then the hostAliases.
+pub fn hosts_file(pod: &k8s_openapi::api::core::v1::Pod, pod_ips: &[String]) -> String {
+    let spec = pod.spec.as_ref();
+    let mut out = String::from("# Kubernetes-managed hosts file.\n");
+    if spec.and_then(|s| s.host_network) == Some(true) {
+        out = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
+    } else {
+        out.push_str("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n");
+        out.push_str("fe00::0\tip6-localnet\nfe00::0\tip6-mcastprefix\nfe00::1\tip6-allnodes\nfe00::2\tip6-allrouters\n");
+        let host = super::spec::hostname(pod);
+        let fqdn = match spec.and_then(|s| s.subdomain.as_deref()) {
+            Some(sub) if !sub.is_empty() => {
+                let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+                format!("{host}.{sub}.{ns}.svc.cluster.local\t{host}")
+            }
+            _ => host,
+        };
+        for ip in pod_ips {
+            out.push_str(&format!("{ip}\t{fqdn}\n"));
+        }
+    }
+    let aliases = spec.and_then(|s| s.host_aliases.as_ref()).filter(|a| !a.is_empty());
+    if let Some(aliases) = aliases {
+        out.push_str("\n# Entries added by HostAliases.\n");
+        for a in aliases {
+            let names = a.hostnames.clone().unwrap_or_default().join("\t");
+            out.push_str(&format!("{}\t{names}\n", a.ip));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sub_path_expressions_expand_and_are_checked_as_the_kubelets() {
+        let env: Vec<(String, String)> = [("POD", "web-0"), ("EMPTY", ""), ("UP", ".."), ("ABS", "/etc")]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let cases = [
+            ("logs/$(POD)", Ok("logs/web-0".to_string())),
+            ("$(POD)/$$(POD)", Ok("web-0/$(POD)".to_string())),
+            ("$(NOPE)/$(EMPTY)", Err("missing value for EMPTY, NOPE".to_string())),
+            ("$(ABS)/x", Err("error SubPath `/etc/x` must not be an absolute path".to_string())),
+            ("a/$(UP)/b", Err("unable to provision SubPath `a/../b`: must not contain '..'".to_string())),
+        ];
+        for (expr, want) in cases {
+            assert_eq!(expand_sub_path(expr, &env), want, "{expr}");
+        }
+    }
+}
