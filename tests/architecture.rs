@@ -111,8 +111,8 @@ fn dependencies(agent: &Path, rooms: &BTreeSet<String>) -> BTreeMap<String, BTre
     for file in files {
         let rel = file.strip_prefix(agent).expect("under agent/").to_path_buf();
         let room = room_of(&rel);
-        if room == "lib" || room == "main" {
-            continue; // the crate root and the binary, above every room
+        if !rooms.contains(&room) {
+            continue; // the crate root, and the binary with its own modules (agent/app/): above every room
         }
         let src = std::fs::read_to_string(&file).expect("read source");
         for used in crate_refs(&code_of(&src)) {

@@ -1,0 +1,280 @@
+//! `crilet run`'s settings: its flags, the same from `--config` (YAML), and what they resolve
+//! to (defaults, the node's name and IP, the cluster settings).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use serde::Deserialize;
+
+/// `crilet run` settings; every flag can also come from `--config` (same names, YAML).
+#[derive(Args, Debug, Default, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+pub(crate) struct RunArgs {
+    /// CRI runtime endpoint [default: unix:///run/containerd/containerd.sock]
+    #[arg(long)]
+    pub(crate) container_runtime_endpoint: Option<String>,
+    /// CRI image endpoint [default: the runtime endpoint]
+    #[arg(long)]
+    pub(crate) image_service_endpoint: Option<String>,
+    /// Directory of Pod manifests [default: /etc/crilet/manifests]
+    #[arg(long)]
+    pub(crate) pod_manifest_path: Option<PathBuf>,
+    /// Agent state directory [default: /var/lib/crilet]
+    #[arg(long)]
+    pub(crate) root_dir: Option<PathBuf>,
+    /// Container logs directory [default: /var/log/pods]
+    #[arg(long)]
+    pub(crate) pod_logs_dir: Option<PathBuf>,
+    /// Where the kubelet's legacy per-container log symlinks go; "" for none
+    /// [default: /var/log/containers]
+    #[arg(long)]
+    pub(crate) container_logs_dir: Option<String>,
+    /// The agent's control socket [default: /run/crilet/crilet.sock]
+    #[arg(long)]
+    pub(crate) control_socket: Option<PathBuf>,
+    /// Node name [default: the hostname]
+    #[arg(long)]
+    pub(crate) node_name: Option<String>,
+    /// Rotate a container's log file once it reaches this size (a quantity) [default: 10Mi]
+    #[arg(long)]
+    pub(crate) container_log_max_size: Option<String>,
+    /// Log files kept per container, the current one included (2 or more) [default: 5]
+    #[arg(long)]
+    pub(crate) container_log_max_files: Option<i64>,
+    /// How often container logs are checked for rotation (e.g. 10s, 500ms) [default: 10s]
+    #[arg(long)]
+    pub(crate) container_log_monitor_interval: Option<String>,
+    /// Serve Prometheus /metrics and /healthz over plain HTTP on HOST:PORT (use a loopback
+    /// address); empty for none [default: none]
+    #[arg(long)]
+    pub(crate) metrics_bind_address: Option<String>,
+    /// Join the cluster this kubeconfig names, as node --node-name; without it, static pods
+    /// only [default: none]
+    #[arg(long)]
+    pub(crate) kubeconfig: Option<PathBuf>,
+    /// The Node's InternalIP; the kubelet API binds to it [default: the host's first
+    /// non-loopback address]
+    #[arg(long)]
+    pub(crate) node_ip: Option<String>,
+    /// Labels added to the Node, k=v,k2=v2 [default: none]
+    #[arg(long)]
+    pub(crate) node_labels: Option<String>,
+    /// The Node's pods capacity; admission refuses more (OutOfpods) [default: 110]
+    #[arg(long)]
+    pub(crate) max_pods: Option<u32>,
+    /// The kubelet API's port (TLS) [default: 10250]
+    #[arg(long)]
+    pub(crate) port: Option<u16>,
+    /// The kubelet API's serving certificate (PEM) [default: none]
+    #[arg(long)]
+    pub(crate) tls_cert_file: Option<PathBuf>,
+    /// The kubelet API's serving key (PEM) [default: none]
+    #[arg(long)]
+    pub(crate) tls_private_key_file: Option<PathBuf>,
+    /// CA for client certificates on the kubelet API [default: none]
+    #[arg(long)]
+    pub(crate) client_ca_file: Option<PathBuf>,
+    /// How often running API pods' ConfigMap, Secret and downward-API volumes are refreshed
+    /// (the kubelet's sync frequency) [default: 1m]
+    #[arg(long)]
+    pub(crate) sync_frequency: Option<String>,
+    /// API requests a second the node makes for pods, statuses and mirror pods (the heartbeat
+    /// is not limited); 0 for no limit [default: 50]
+    #[arg(long)]
+    pub(crate) kube_api_qps: Option<u32>,
+    /// API requests the node may make at once above --kube-api-qps [default: 100]
+    #[arg(long)]
+    pub(crate) kube_api_burst: Option<u32>,
+    /// Events a second the node sends; 0 for no limit [default: 50]
+    #[arg(long)]
+    pub(crate) event_qps: Option<u32>,
+    /// Events the node may send at once above --event-qps [default: 100]
+    #[arg(long)]
+    pub(crate) event_burst: Option<u32>,
+    /// A YAML file holding the same settings (flags win)
+    #[arg(long)]
+    #[serde(skip)]
+    pub(crate) config: Option<PathBuf>,
+}
+
+impl RunArgs {
+    /// Flags over the config file over the defaults.
+    pub(crate) fn resolve(mut self) -> anyhow::Result<Settings> {
+        if let Some(path) = self.config.clone() {
+            let text = std::fs::read_to_string(&path)
+                .with_context(|| format!("reading config {}", path.display()))?;
+            let file: RunArgs = serde_yaml_ng::from_str(&text)
+                .with_context(|| format!("parsing config {}", path.display()))?;
+            self.container_runtime_endpoint =
+                self.container_runtime_endpoint.or(file.container_runtime_endpoint);
+            self.image_service_endpoint = self.image_service_endpoint.or(file.image_service_endpoint);
+            self.pod_manifest_path = self.pod_manifest_path.or(file.pod_manifest_path);
+            self.root_dir = self.root_dir.or(file.root_dir);
+            self.pod_logs_dir = self.pod_logs_dir.or(file.pod_logs_dir);
+            self.container_logs_dir = self.container_logs_dir.or(file.container_logs_dir);
+            self.control_socket = self.control_socket.or(file.control_socket);
+            self.node_name = self.node_name.or(file.node_name);
+            self.metrics_bind_address = self.metrics_bind_address.or(file.metrics_bind_address);
+            self.container_log_max_size = self.container_log_max_size.or(file.container_log_max_size);
+            self.container_log_max_files = self.container_log_max_files.or(file.container_log_max_files);
+            self.container_log_monitor_interval =
+                self.container_log_monitor_interval.or(file.container_log_monitor_interval);
+            self.kubeconfig = self.kubeconfig.or(file.kubeconfig);
+            self.node_ip = self.node_ip.or(file.node_ip);
+            self.node_labels = self.node_labels.or(file.node_labels);
+            self.max_pods = self.max_pods.or(file.max_pods);
+            self.port = self.port.or(file.port);
+            self.tls_cert_file = self.tls_cert_file.or(file.tls_cert_file);
+            self.tls_private_key_file = self.tls_private_key_file.or(file.tls_private_key_file);
+            self.client_ca_file = self.client_ca_file.or(file.client_ca_file);
+            self.sync_frequency = self.sync_frequency.or(file.sync_frequency);
+            self.kube_api_qps = self.kube_api_qps.or(file.kube_api_qps);
+            self.kube_api_burst = self.kube_api_burst.or(file.kube_api_burst);
+            self.event_qps = self.event_qps.or(file.event_qps);
+            self.event_burst = self.event_burst.or(file.event_burst);
+        }
+        let runtime = self
+            .container_runtime_endpoint
+            .unwrap_or_else(|| "unix:///run/containerd/containerd.sock".into());
+        let node_name = match self.node_name {
+            Some(n) => n,
+            None => crilet::node::default_node_name().context("reading the hostname for --node-name")?,
+        };
+        let root_dir: PathBuf = self.root_dir.clone().unwrap_or_else(|| "/var/lib/crilet".into());
+        let node_ip = match self.node_ip.filter(|ip| !ip.is_empty()) {
+            Some(ip) => {
+                ip.parse::<std::net::IpAddr>()
+                    .with_context(|| format!("--node-ip {ip:?} is not an IP address"))?;
+                Some(ip)
+            }
+            None => None,
+        };
+        let sync_text = self.sync_frequency.as_deref().unwrap_or("1m");
+        let sync_frequency =
+            crilet::logrotate::plan::parse_go_duration(sync_text).filter(|d| !d.is_zero()).with_context(
+                || format!("--sync-frequency {sync_text:?} is not a positive duration (e.g. 1m, 10s)"),
+            )?;
+        let cluster = match self.kubeconfig.filter(|p| !p.as_os_str().is_empty()) {
+            None => None,
+            Some(kubeconfig) => {
+                let node_ip = node_ip
+                    .clone()
+                    .or_else(host_ip)
+                    .context("--node-ip: no non-loopback address found on this host; give the Node's IP")?;
+                Some(ClusterSettings {
+                    config: crilet::cluster::ClusterConfig {
+                        kubeconfig,
+                        node_name: node_name.clone(),
+                        node_ip,
+                        node_labels: crilet::cluster::parse_labels(
+                            self.node_labels.as_deref().unwrap_or(""),
+                        )?,
+                        max_pods: self.max_pods.unwrap_or(110),
+                        port: self.port.unwrap_or(10250),
+                        root_dir: root_dir.clone(),
+                        api_limit: limit(
+                            "--kube-api-qps",
+                            self.kube_api_qps,
+                            "--kube-api-burst",
+                            self.kube_api_burst,
+                        )?,
+                        event_limit: limit("--event-qps", self.event_qps, "--event-burst", self.event_burst)?,
+                    },
+                    sync_frequency,
+                    tls_cert_file: self.tls_cert_file,
+                    tls_private_key_file: self.tls_private_key_file,
+                    client_ca_file: self.client_ca_file,
+                })
+            }
+        };
+        Ok(Settings {
+            cluster,
+            node_ip,
+            image_endpoint: self.image_service_endpoint.unwrap_or_else(|| runtime.clone()),
+            runtime_endpoint: runtime,
+            manifest_dir: self.pod_manifest_path.unwrap_or_else(|| "/etc/crilet/manifests".into()),
+            root_dir,
+            pod_logs_dir: self.pod_logs_dir.unwrap_or_else(|| "/var/log/pods".into()),
+            container_logs_dir: match self.container_logs_dir {
+                Some(p) if p.is_empty() => None,
+                Some(p) => Some(p.into()),
+                None => Some("/var/log/containers".into()),
+            },
+            control_socket: self.control_socket.unwrap_or_else(|| "/run/crilet/crilet.sock".into()),
+            node_name,
+            metrics_bind_address: self.metrics_bind_address.filter(|a| !a.is_empty()),
+            log_rotation: crilet::logrotate::Policy::parse(
+                self.container_log_max_size.as_deref(),
+                self.container_log_max_files,
+                self.container_log_monitor_interval.as_deref(),
+            )?,
+        })
+    }
+}
+
+/// A rate limit from its two flags (the kubelet's defaults, 50 and 100, where unset). A burst
+/// of 0 would let nothing through: refused.
+pub(crate) fn limit(
+    qps_flag: &str,
+    qps: Option<u32>,
+    burst_flag: &str,
+    burst: Option<u32>,
+) -> anyhow::Result<crilet::cluster::throttle::Limit> {
+    let default = crilet::cluster::throttle::Limit::KUBELET_DEFAULT;
+    let limit = crilet::cluster::throttle::Limit {
+        qps: qps.unwrap_or(default.qps),
+        burst: burst.unwrap_or(default.burst),
+    };
+    if limit.qps > 0 && limit.burst == 0 {
+        anyhow::bail!("{burst_flag} 0 with {qps_flag} {}: the burst must be 1 or more", limit.qps);
+    }
+    Ok(limit)
+}
+
+/// Cluster mode's settings (`--kubeconfig` given).
+pub(crate) struct ClusterSettings {
+    pub(crate) config: crilet::cluster::ClusterConfig,
+    /// How often API volumes are refreshed.
+    pub(crate) sync_frequency: Duration,
+    pub(crate) tls_cert_file: Option<PathBuf>,
+    pub(crate) tls_private_key_file: Option<PathBuf>,
+    pub(crate) client_ca_file: Option<PathBuf>,
+}
+
+pub(crate) struct Settings {
+    pub(crate) cluster: Option<ClusterSettings>,
+    /// `--node-ip`, if given (the pods' hostIP; the Node's InternalIP).
+    pub(crate) node_ip: Option<String>,
+    pub(crate) runtime_endpoint: String,
+    pub(crate) image_endpoint: String,
+    pub(crate) manifest_dir: PathBuf,
+    pub(crate) root_dir: PathBuf,
+    pub(crate) pod_logs_dir: PathBuf,
+    pub(crate) container_logs_dir: Option<PathBuf>,
+    pub(crate) control_socket: PathBuf,
+    pub(crate) node_name: String,
+    /// `HOST:PORT` of /metrics and /healthz, if any.
+    pub(crate) metrics_bind_address: Option<String>,
+    pub(crate) log_rotation: crilet::logrotate::Policy,
+}
+
+/// The node's primary IPv4 address: the first non-loopback address of an interface that is up
+/// and is not a container bridge or veth.
+pub(crate) fn host_ip() -> Option<String> {
+    let addrs = nix::ifaddrs::getifaddrs().ok()?;
+    for a in addrs {
+        let name = a.interface_name.as_str();
+        if name == "lo" || name.starts_with("veth") || name.starts_with("cni") || name.starts_with("crilet") {
+            continue;
+        }
+        if !a.flags.contains(nix::net::if_::InterfaceFlags::IFF_UP) {
+            continue;
+        }
+        if let Some(sin) = a.address.as_ref().and_then(|s| s.as_sockaddr_in()) {
+            return Some(sin.ip().to_string());
+        }
+    }
+    None
+}

@@ -1,0 +1,263 @@
+//! `crilet run`: the agent wired together from its rooms (the runtime client, the PLEG, the
+//! pod supervisor, the servers, cluster mode), every long-lived loop owned by `tasks`, and its
+//! orderly stop.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use crilet::cri::CriClient;
+use crilet::pleg::{self, Wakers};
+use crilet::pod::context::PodContext;
+use crilet::pod::spec::{HostDns, NodeConfig};
+use crilet::pod::supervisor::Supervisor;
+use crilet::registry::Registry;
+use crilet::source;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+use super::config::{RunArgs, host_ip};
+
+/// Waits until the runtime answers `Version` and reports ready, saying clearly what is wrong.
+async fn wait_for_runtime(
+    cri: &CriClient,
+    endpoint: &str,
+    cancel: &CancellationToken,
+) -> Option<crilet::cri::RuntimeInfo> {
+    let mut delay = Duration::from_millis(500);
+    loop {
+        match cri.version().await {
+            Ok(v) => match cri.check_ready().await {
+                Ok(()) => {
+                    info!(runtime = %v.name, version = %v.version, api = %v.api_version, endpoint, "container runtime is ready");
+                    return Some(v);
+                }
+                Err(e) => warn!(error = %e, "container runtime is not ready yet; waiting"),
+            },
+            Err(e) => {
+                warn!(endpoint, error = %e, "container runtime is not reachable; waiting (is containerd running?)")
+            }
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return None,
+            _ = tokio::time::sleep(delay) => {}
+        }
+        delay = (delay * 2).min(Duration::from_secs(5));
+    }
+}
+
+/// The long-lived loops `run_agent` waits for when the agent stops (see [`crilet::tasks`]).
+const RELIST: &str = "relist";
+const CONTROL_API: &str = "control API";
+
+pub(crate) async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
+    let s = args.resolve()?;
+    let cancel = CancellationToken::new();
+    let service = crilet::systemd::Notifier::from_env();
+    let registry = Registry::default();
+    let tasks = crilet::tasks::Tasks::start(registry.clone(), cancel.clone());
+    {
+        let cancel = cancel.clone();
+        let service = service.clone();
+        tasks.spawn("signal handler", async move {
+            use tokio::signal::unix::{SignalKind, signal};
+            let (Ok(mut term), Ok(mut int)) =
+                (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
+            else {
+                return;
+            };
+            tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
+            info!("stopping the agent; containers keep running");
+            service.stopping();
+            cancel.cancel();
+        });
+    }
+    std::fs::create_dir_all(&s.root_dir).with_context(|| format!("creating {}", s.root_dir.display()))?;
+    std::fs::create_dir_all(&s.pod_logs_dir)
+        .with_context(|| format!("creating {}", s.pod_logs_dir.display()))?;
+
+    // Bound before anything else waits, so a bad address stops the agent at once; /healthz
+    // answers (500) while the runtime is awaited.
+    // The agent's one set of metrics, handed to everything that records.
+    let metrics = std::sync::Arc::new(crilet::metrics::Metrics::new());
+    if let Some(address) = &s.metrics_bind_address {
+        let listener = crilet::metrics::server::bind(address)?;
+        tasks.spawn(
+            "metrics server",
+            crilet::metrics::server::serve(listener, registry.clone(), metrics.clone(), cancel.clone()),
+        );
+    }
+    // A kubeconfig that cannot work stops the agent before anything runs; an API server that
+    // is not there yet does not.
+    let link = match &s.cluster {
+        Some(c) => Some(crilet::cluster::connect(&c.config, &registry).await?),
+        None => None,
+    };
+    let cri = CriClient::new(&s.runtime_endpoint, &s.image_endpoint)
+        .context("configuring the CRI client")?
+        .with_status_cache()
+        .with_observer(metrics.clone());
+    service.starting("waiting for the runtime");
+    let Some(runtime) = wait_for_runtime(&cri, &s.runtime_endpoint, &cancel).await else { return Ok(()) };
+
+    let host_dns =
+        std::fs::read_to_string("/etc/resolv.conf").map(|t| HostDns::parse(&t)).unwrap_or_default();
+    let node = NodeConfig {
+        root_dir: s.root_dir.clone(),
+        pod_logs_dir: s.pod_logs_dir.clone(),
+        container_logs_dir: s.container_logs_dir.clone(),
+        node_name: s.node_name.clone(),
+        host_ip: s.node_ip.clone().or_else(host_ip),
+        host_dns,
+    };
+    // What the node's pods hold: admission and resizes count from the same ledger.
+    let ledger = crilet::ledger::Ledger::default();
+    let ctx = match (&link, &s.cluster) {
+        (Some(link), Some(c)) => {
+            let objects = std::sync::Arc::new(crilet::volumes::KubeObjects::new(link.client.clone()));
+            let volumes = crilet::volumes::VolumeManager::new(
+                objects,
+                &node,
+                crilet::cluster::allocatable(&c.config),
+                c.sync_frequency,
+            );
+            PodContext::new_with_volumes(
+                cri.clone(),
+                node,
+                registry.clone(),
+                ledger.clone(),
+                metrics.clone(),
+                std::sync::Arc::new(volumes),
+            )
+        }
+        _ => PodContext::new(cri.clone(), node, registry.clone(), ledger.clone(), metrics.clone()),
+    };
+    let ctx_volumes = ctx.volumes.clone();
+    let pleg_state = std::sync::Arc::new(pleg::PlegState::new(metrics.clone()));
+    {
+        let info = crilet::api::RuntimeInfo {
+            name: runtime.name.clone(),
+            version: runtime.version.clone(),
+            api_version: runtime.api_version.clone(),
+            pleg: pleg_state.clone(),
+        };
+        let path = s.control_socket.clone();
+        let registry = registry.clone();
+        let cancel = cancel.clone();
+        tasks.spawn(CONTROL_API, async move {
+            if let Err(e) = crilet::api::serve(path, registry, info, cancel.clone()).await {
+                error!("control API: {e:#}");
+                cancel.cancel();
+            }
+        });
+    }
+
+    let wakers = Wakers::default();
+    tasks.spawn(
+        RELIST,
+        pleg::run(
+            cri.clone(),
+            wakers.clone(),
+            pleg_state.clone(),
+            registry.clone(),
+            ctx.runtime_uids.clone(),
+            cancel.clone(),
+        ),
+    );
+    tasks.spawn("pod cgroup sweep", crilet::pod::cgroups::sweep_periodically(cri.clone(), cancel.clone()));
+    tasks.spawn(
+        "log rotation",
+        crilet::logrotate::run(cri.clone(), s.pod_logs_dir.clone(), s.log_rotation, cancel.clone()),
+    );
+    tasks.spawn(
+        "runtime event stream",
+        pleg::follow_events(cri.clone(), wakers.clone(), pleg_state.clone(), cancel.clone()),
+    );
+
+    // The first scan runs on a thread of its own, never on a runtime worker, and waits a bounded
+    // time for each file: a bad file is reported and never holds up the others.
+    service.starting("loading manifests");
+    let manifests = source::watch_dir(
+        s.manifest_dir.clone(),
+        s.node_name.clone(),
+        Duration::from_secs(20),
+        cancel.clone(),
+    );
+    let Some(manifests) = manifests.await else { return Ok(()) };
+    let initial = manifests.borrow().clone();
+    info!(dir = %s.manifest_dir.display(), pods = initial.pods.len(), problems = initial.problems.len(), "manifests loaded");
+    let mut sup = Supervisor::new(ctx, wakers, cancel.clone());
+    let manifests = match (&s.cluster, link) {
+        (Some(c), Some(link)) => {
+            let runtime_uids = match cri.list_all(Some((crilet::model::keys::MANAGED_BY, "crilet"))).await {
+                Ok((sandboxes, _)) => sandboxes
+                    .iter()
+                    .filter_map(|sb| sb.labels.get(crilet::model::keys::POD_UID).cloned())
+                    .collect(),
+                Err(e) => {
+                    warn!(error = %e, "listing the runtime's pods for cluster mode failed");
+                    Default::default()
+                }
+            };
+            let api_client = link.client.clone();
+            let (merged, gone) = crilet::cluster::start(
+                &tasks,
+                link,
+                &c.config,
+                ctx_volumes.clone().map(|v| (v, c.sync_frequency)),
+                cri.clone(),
+                format!("{}://{}", runtime.name, runtime.version),
+                runtime_uids,
+                registry.clone(),
+                ledger.clone(),
+                manifests,
+                cancel.clone(),
+            );
+            sup = sup.with_api_pods(gone);
+            match (&c.tls_cert_file, &c.tls_private_key_file) {
+                (Some(cert), Some(key)) => {
+                    let ip: std::net::IpAddr =
+                        c.config.node_ip.parse().context("--node-ip for the kubelet API")?;
+                    let cfg = crilet::kubelet_api::Config {
+                        bind: std::net::SocketAddr::new(ip, c.config.port),
+                        cert_file: cert.clone(),
+                        key_file: key.clone(),
+                        client_ca_file: c.client_ca_file.clone(),
+                        node_name: c.config.node_name.clone(),
+                    };
+                    let server =
+                        crilet::kubelet_api::bind(cfg, api_client.clone(), registry.clone(), cri.clone())
+                            .await?;
+                    info!(address = %format!("{ip}:{}", c.config.port), "serving the kubelet API (TLS)");
+                    tasks.spawn("kubelet API server", server.serve(cancel.child_token()));
+                }
+                _ => warn!(
+                    "no --tls-cert-file/--tls-private-key-file: the kubelet API (kubectl logs) is not served"
+                ),
+            }
+            merged
+        }
+        _ => manifests,
+    };
+    sup.learn_carried(&initial).await;
+    sup.apply(&initial);
+    service.starting(&crilet::systemd::first_sync(initial.pods.len()));
+    sup.reap_orphans(&initial, &s.manifest_dir).await;
+    sup.wait_first_syncs(Duration::from_secs(60)).await;
+    // Type=notify: ready once the first sync of every pod is done; then STATUS and the watchdog.
+    service.ready();
+    let view = crilet::systemd::NodeView {
+        registry: registry.clone(),
+        runtime: format!("{} {}", runtime.name, runtime.version),
+        pleg: pleg_state,
+    };
+    // Without systemd there is nothing to report, and the loop returns at once.
+    if service.reports() {
+        tasks.spawn("systemd notifier", service.report(view, cancel.clone()));
+    }
+    info!("first sync done; agent ready");
+    sup.run(manifests).await;
+    tasks.ended(RELIST).await;
+    tasks.ended(CONTROL_API).await;
+    crilet::profile::write();
+    Ok(())
+}
