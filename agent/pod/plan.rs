@@ -3,6 +3,8 @@
 //!
 //! Each kubelet rule is written once here, with its spec rule number.
 
+pub mod sync;
+
 use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::{Container, Pod};

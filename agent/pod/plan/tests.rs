@@ -792,3 +792,153 @@ fn gated_starts_cases() {
         assert_eq!(gated_starts(&p.0, &o.0, &probes, &BTreeSet::new()), want, "{name}");
     }
 }
+
+/// One sync's whole decision (`sync::decide`): the deadline first, then a reset, the settle
+/// hold, the wake-ups others asked for, and idleness.
+#[test]
+fn sync_decisions() {
+    use std::collections::BTreeMap;
+
+    use sync::{SyncFacts, SyncPlan, decide};
+
+    let none = ProbeResults::default();
+    let nothing: BTreeSet<String> = BTreeSet::new();
+    let ours: BTreeSet<String> = ["a-0".to_string()].into();
+    let no_actual = || BTreeMap::new();
+    // The observed instances finished at about 100 ns (the builders' clock).
+    let now = 1_000;
+    let restart_all = pod().app("a").app("b").own_rule("a", "Never", "RestartAllContainers", &[42]);
+    // (name, pod, observed, deadline, exceeded before, killed by the agent, update and resize
+    // wake-ups, what the sync does)
+    type Case<'a> =
+        (&'a str, PodB, ObsB, Option<i64>, bool, &'a BTreeSet<String>, Option<i64>, Option<i64>, SyncPlan);
+    let cases: Vec<Case> = vec![
+        (
+            "the deadline runs out now, the app runs: stop it",
+            pod().app("a"),
+            observed().ready().running("a"),
+            Some(now),
+            false,
+            &nothing,
+            None,
+            None,
+            SyncPlan::Deadline { newly: true, kill: true },
+        ),
+        (
+            "the deadline ran out before and everything stopped: nothing, ever",
+            pod().app("a"),
+            observed().sandbox(SandboxState::NotReady, "", 0).exited("a", 137),
+            Some(now - 1),
+            true,
+            &nothing,
+            None,
+            None,
+            SyncPlan::Deadline { newly: false, kill: false },
+        ),
+        (
+            "running and healthy: idle until the earliest wake-up (the deadline's)",
+            pod().app("a"),
+            observed().ready().running("a"),
+            Some(now + 50),
+            false,
+            &nothing,
+            Some(now + 70),
+            Some(now + 90),
+            SyncPlan::Idle { requeue: Some(now + 50) },
+        ),
+        (
+            "idle with the resize's wake-up only",
+            pod().app("a"),
+            observed().ready().running("a"),
+            None,
+            false,
+            &nothing,
+            None,
+            Some(now + 90),
+            SyncPlan::Idle { requeue: Some(now + 90) },
+        ),
+        (
+            "an exit matching RestartAllContainers resets the pod before anything else",
+            restart_all,
+            observed().ready().running("b").exited("a", 42),
+            None,
+            false,
+            &nothing,
+            None,
+            None,
+            SyncPlan::Reset {
+                reset: plan(
+                    &pod().app("a").app("b").own_rule("a", "Never", "RestartAllContainers", &[42]).0,
+                    &observed().ready().running("b").exited("a", 42).0,
+                    &none,
+                )
+                .reset,
+                kill_under_way: false,
+            },
+        ),
+        (
+            "a SIGKILL from outside holds the restart back until it settles",
+            pod().app("a"),
+            observed().ready().exited("a", 137),
+            None,
+            false,
+            &nothing,
+            Some(now + 10_000_000_000),
+            None,
+            SyncPlan::Idle {
+                requeue: settle_until(
+                    &Plan { app_to_start: vec!["a".into()], ..Plan::default() },
+                    &observed().ready().exited("a", 137).0,
+                    &nothing,
+                    now,
+                ),
+            },
+        ),
+        (
+            "the agent's own kill is no reason to wait: restart now",
+            pod().app("a"),
+            observed().ready().exited("a", 137),
+            None,
+            false,
+            &ours,
+            None,
+            None,
+            SyncPlan::Act {
+                plan: Plan { app_to_start: vec!["a".into()], ..Plan::default() },
+                resize: Default::default(),
+                requeue: None,
+            },
+        ),
+        (
+            "a new pod: a sandbox and its app",
+            pod().app("a"),
+            observed(),
+            None,
+            false,
+            &nothing,
+            None,
+            None,
+            SyncPlan::Act {
+                plan: Plan { create_sandbox: Some(0), app_to_start: vec!["a".into()], ..Plan::default() },
+                resize: Default::default(),
+                requeue: None,
+            },
+        ),
+    ];
+    for (name, p, o, deadline, exceeded, killed, update, resize, want) in cases {
+        let got = decide(&SyncFacts {
+            pod: &p.0,
+            observed: &o.0,
+            probes: &none,
+            held: &nothing,
+            now,
+            deadline,
+            deadline_exceeded: exceeded,
+            killed_by_agent: killed,
+            update_requeue: update,
+            resize_requeue: resize,
+            actual: &no_actual,
+        });
+        assert_eq!(got, want, "{name}");
+    }
+}

@@ -24,7 +24,8 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::backoff::Backoff;
 use super::context::{Shared, now_ns};
-use super::plan::{KillReason, PodKillReason, ProbeResults, gated_starts, plan_held, settle_until};
+use super::plan::sync::{self, SyncPlan, earliest};
+use super::plan::{KillReason, PodKillReason, ProbeResults, gated_starts};
 use super::spec::{Kind, pod_dir, pod_log_dir, sandbox_config, termination_grace};
 use super::start::{
     FAILED_MOUNT, ImagesSeen, StartRequest, backoff_key, crash_backoff_wait, create_sandbox, ensure_image,
@@ -281,8 +282,22 @@ impl Worker {
         self.probes.reconcile(&pod, &observed, false);
         let (probe_results, probe_states) = self.probes.view();
         let (held, update_requeue) = self.step_update(&observed, &probe_results, &probe_states).await;
-        let deadline = self.active_deadline(&observed);
-        if deadline.is_some_and(|d| d <= now_ns()) && !self.deadline_exceeded {
+        self.killed_by_agent.retain(|id| observed.containers.iter().any(|c| &c.id == id));
+        let actual = || self.actual_resources(&pod, &observed);
+        let decision = sync::decide(&sync::SyncFacts {
+            pod: &pod,
+            observed: &observed,
+            probes: &probe_results,
+            held: &held,
+            now: now_ns(),
+            deadline: self.active_deadline(&observed),
+            deadline_exceeded: self.deadline_exceeded,
+            killed_by_agent: &self.killed_by_agent,
+            update_requeue,
+            resize_requeue,
+            actual: &actual,
+        });
+        if let SyncPlan::Deadline { newly: true, .. } = decision {
             self.deadline_exceeded = true;
             ctx.rec.warning(
                 &self.desired.key,
@@ -293,56 +308,40 @@ impl Worker {
         }
         self.crash_backoff.gc(now_ns());
         self.publish(&observed, false, &probe_states).await;
-        if self.deadline_exceeded {
-            let running = observed
-                .containers
-                .iter()
-                .any(|c| matches!(c.state, ContainerState::Running | ContainerState::Unknown))
-                || observed.sandboxes.iter().any(|s| s.state == SandboxState::Ready);
-            if running {
-                self.acted = true;
-                let grace = termination_grace(&pod);
-                let deadline = self.begin_kill(grace).await;
-                let key = &self.desired.key;
-                if kill_pod(&ctx, key, &pod, &observed, grace, deadline, "active deadline exceeded").await {
+        let (the_plan, resize_actions, mut update_requeue) = match decision {
+            SyncPlan::Deadline { kill, .. } => {
+                if kill {
+                    self.acted = true;
+                    let grace = termination_grace(&pod);
+                    let deadline = self.begin_kill(grace).await;
+                    let key = &self.desired.key;
+                    if kill_pod(&ctx, key, &pod, &observed, grace, deadline, "active deadline exceeded").await
+                    {
+                        self.end_kill();
+                    }
+                }
+                return Ok(None);
+            }
+            SyncPlan::Reset { reset, kill_under_way } => {
+                if !kill_under_way {
+                    // No pod kill is under way: a deadline saved by one that ended with the agent is void.
                     self.end_kill();
                 }
+                self.acted = true;
+                return self.reset_all(&observed, &reset).await;
             }
-            return Ok(None);
-        }
-        let mut the_plan = plan_held(&pod, &observed, &probe_results, &held);
+            SyncPlan::Idle { requeue } => {
+                self.end_kill();
+                self.resize_settled(&pod, &crate::pod::resize::Actions::default());
+                self.collect_garbage(&observed).await;
+                return Ok(requeue);
+            }
+            SyncPlan::Act { plan, resize, requeue } => (plan, resize, requeue),
+        };
         if the_plan.kill_pod.is_none() {
-            // No pod kill is under way: a deadline saved by one that ended with the agent is void.
             self.end_kill();
         }
-        let earliest = |a: Option<i64>, b: Option<i64>| match (a, b) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        let mut update_requeue = earliest(earliest(update_requeue, deadline), resize_requeue);
-        self.killed_by_agent.retain(|id| observed.containers.iter().any(|c| &c.id == id));
-        if let Some(until) = settle_until(&the_plan, &observed, &self.killed_by_agent, now_ns()) {
-            debug!("an instance was SIGKILLed from outside; starts wait to see whether the sandbox goes too");
-            the_plan.init_to_start.clear();
-            the_plan.app_to_start.clear();
-            update_requeue = Some(update_requeue.map_or(until, |r| r.min(until)));
-        }
-        if !the_plan.reset.is_empty() {
-            self.acted = true;
-            return self.reset_all(&observed, &the_plan.reset).await;
-        }
-        // KEP-1287: what actuating the allocation takes, for a pod that keeps its sandbox.
-        let resize_actions = if the_plan.kill_pod.is_none() && the_plan.create_sandbox.is_none() {
-            crate::pod::resize::actions(&pod, &observed, &self.actual_resources(&pod, &observed))
-        } else {
-            crate::pod::resize::Actions::default()
-        };
         self.resize_settled(&pod, &resize_actions);
-        self.plan_resize_restarts(&mut the_plan, &resize_actions);
-        if the_plan.is_empty() && resize_actions.is_empty() {
-            self.collect_garbage(&observed).await;
-            return Ok(update_requeue);
-        }
         debug!(plan = ?the_plan, "sync plan");
         self.acted = true;
         let only_starts =

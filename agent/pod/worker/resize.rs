@@ -162,33 +162,6 @@ impl Worker {
             .collect()
     }
 
-    /// Folds the containers to restart for a resize into the plan (killed and started again in
-    /// this sync, whatever the restart policy, as upstream).
-    pub(super) fn plan_resize_restarts(&self, plan: &mut crate::pod::plan::Plan, actions: &Actions) {
-        for (name, id) in &actions.restart {
-            if plan.kills.iter().any(|k| &k.id == id) {
-                continue;
-            }
-            plan.kills.push(crate::pod::plan::ContainerKill {
-                id: id.clone(),
-                name: name.clone(),
-                reason: KillReason::SpecChanged,
-                message: format!("Container {name} resize requires restart"),
-            });
-            let sidecar = self
-                .desired
-                .pod
-                .spec
-                .as_ref()
-                .and_then(|s| s.init_containers.as_ref())
-                .is_some_and(|i| i.iter().any(|c| &c.name == name));
-            let starts = if sidecar { &mut plan.init_to_start } else { &mut plan.app_to_start };
-            if !starts.contains(name) {
-                starts.push(name.clone());
-            }
-        }
-    }
-
     /// `doPodResizeAction`: the pod cgroup and the containers, memory first then cpu. An error
     /// leaves `PodResizeInProgress` with reason Error (and a `ResizeError` event); the next
     /// sync tries again. Returns when to come back.
