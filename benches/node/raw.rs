@@ -4,6 +4,8 @@
 //! nothing else: no manifest, no status, no `PodSandboxStatus` or `ImageStatus` (the image is
 //! resolved once before anything is timed), no waiting for an observation between containers.
 //! This is the limit an agent is measured against (issue 17's outside-in baseline).
+//! [`Image::Status`] is the variant of the outside method (issue 33): `ImageStatus` for each
+//! container, timed, as the agent asks it for an `IfNotPresent` image.
 //!
 //! Per pod: log and pod directories, `RunPodSandbox`, then per container in start order (native
 //! sidecars first, then apps): the container's log directory, its hostPath volumes, /etc/hosts
@@ -80,6 +82,18 @@ fn mounts(node: &NodeConfig, d: &DesiredPod, name: &str, ips: &[String]) -> (Vec
     (out, tfile)
 }
 
+/// How the baseline gets the image each container is created from.
+#[derive(Clone, Copy, PartialEq, Debug)]
+pub enum Image {
+    /// `image_ref`, resolved once before anything is timed: no image call in the sequence.
+    Resolved,
+    /// `ImageStatus` of the container's image right before its `CreateContainer`, timed, its
+    /// answer's ID the image the container is created from (as the agent does for an image
+    /// with `imagePullPolicy: IfNotPresent` that is present; the agent asks beside
+    /// `RunPodSandbox`, this sequence after it).
+    Status,
+}
+
 /// Runs the pod as described in the module doc, every container from `image_ref` (the
 /// benchmarks' pods use one image); returns (sandbox id, container ids).
 pub async fn start_pod(
@@ -88,15 +102,17 @@ pub async fn start_pod(
     d: &DesiredPod,
     image_ref: &str,
 ) -> (String, Vec<String>) {
-    start_pod_each(cri, node, d, image_ref, |_| {}).await
+    start_pod_each(cri, node, d, image_ref, Image::Resolved, |_| {}).await
 }
 
-/// [`start_pod`], calling `started` with each container's id as soon as it has started.
+/// [`start_pod`] with the image taken as `image` says, calling `started` with each container's
+/// id as soon as it has started.
 pub async fn start_pod_each(
     cri: &CriClient,
     node: &NodeConfig,
     d: &DesiredPod,
     image_ref: &str,
+    image: Image,
     mut started: impl FnMut(&str),
 ) -> (String, Vec<String>) {
     let spec = d.pod.spec.as_ref().expect("pod spec");
@@ -116,7 +132,14 @@ pub async fn start_pod_each(
     let sidecars = spec.init_containers.iter().flatten().map(|c| (c, Kind::Sidecar));
     let mut ids = Vec::new();
     for (c, kind) in sidecars.chain(spec.containers.iter().map(|c| (c, Kind::App))) {
-        let image_ref = image_ref.to_string();
+        let image_ref = match image {
+            Image::Resolved => image_ref.to_string(),
+            Image::Status => {
+                let name = c.image.as_deref().expect("the benchmark's containers name their image");
+                let found = cri.image_id(name).await.expect("ImageStatus");
+                found.unwrap_or_else(|| panic!("{name} not present: hack/setup.sh pulls it")).id
+            }
+        };
         mkdir(&pod_log_dir(node, d).join(&c.name));
         let (mounts, tfile) = mounts(node, d, &c.name, &ips);
         let rv = RuntimeValues {

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::kubelet::{self, Kubelet};
 use crate::report::{Row, Scenario, ratio_row};
-use crate::start::{Observe, RAW, keys, observed_by, spawn_wait};
+use crate::start::{LIST_EVERY, Observe, RAW, keys, observed_by, spawn_wait};
 use crate::{Ctx, NS, RAW_NS, cpu, env_num, ms, raw};
 
 const CMD: &str = "trap 'exit 0' TERM; while true; do sleep 1; done";
@@ -76,8 +76,13 @@ async fn raw_run(
 ) -> (f64, f64, Cpu, usize, Phases) {
     let node = raw::node(&ctx.dir.join("scale"));
     let pods: Vec<_> = names.iter().map(|n| raw::desired(RAW_NS, &manifest(n, RAW_NS, &ctx.image))).collect();
-    let waiter =
-        spawn_wait(ctx, RAW_NS, keys(names, &["side", "app"]), Instant::now() + limit, Observe::List);
+    let waiter = spawn_wait(
+        ctx,
+        RAW_NS,
+        keys(names, &["side", "app"]),
+        Instant::now() + limit,
+        Observe::List(LIST_EVERY),
+    );
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let cpu0 = cpu::shot();
     let t0 = Instant::now();
@@ -97,7 +102,7 @@ async fn raw_run(
                 // Each container probed from its start on, in a task of its own: the first
                 // probe at once, then one per period until the stop.
                 let mut probing = Vec::new();
-                let (sb, _) = raw::start_pod_each(&cri, &node, &d, &image_ref, |id| {
+                let (sb, _) = raw::start_pod_each(&cri, &node, &d, &image_ref, raw::Image::Resolved, |id| {
                     let (cri, id, mut stopped) = (cri.clone(), id.to_string(), stopped.clone());
                     probing.push(tokio::spawn(async move {
                         probe(&cri, &id).await;
@@ -269,7 +274,8 @@ async fn agent_run(
     // agent, like the kubelet, delays each probe's first run by a random part of the period so
     // that probes do not all fire at once; that start-up spread is not what is measured here.
     tokio::time::sleep(PERIOD + Duration::from_secs(1)).await;
-    let waiter = spawn_wait(ctx, ns, keys(&pods, &["side", "app"]), Instant::now() + limit, Observe::List);
+    let waiter =
+        spawn_wait(ctx, ns, keys(&pods, &["side", "app"]), Instant::now() + limit, Observe::List(LIST_EVERY));
     let cpu0 = cpu::shot();
     let t0 =
         crate::agent::write_all(&manifests, names.iter().map(|n| (n.as_str(), manifest(n, ns, &ctx.image))));
@@ -460,7 +466,7 @@ pub async fn run(ctx: &Ctx) -> Scenario {
              its VmRSS (max of 1 s samples), VmHWM (peak of the whole run, start included) and CPU \
              (utime+stime over the window, % of one core).",
             2 * n,
-            observed_by(ctx, Observe::List),
+            observed_by(ctx, Observe::List(LIST_EVERY)),
             window.as_secs()
         ),
         rows: vec![
