@@ -325,4 +325,57 @@ mod tests {
             assert_eq!(ApiInputs::of(&view(synced, list)) == base, same, "{name}");
         }
     }
+
+    /// Admission and resizes count from one ledger: a static pod's allocation, entered by its
+    /// worker, leaves no room for an API pod; once the worker frees it, the next one fits; and
+    /// what admission enters is what a resize of another pod must fit beside.
+    #[test]
+    fn admission_counts_what_the_ledger_holds() {
+        let api_pod = |name: &str, uid: &str| {
+            let yaml = format!(
+                "metadata: {{name: {name}, namespace: default, uid: {uid}}}\n\
+                 spec: {{containers: [{{name: c, image: i, resources: {{requests: {{cpu: 300m, memory: 1Mi}}}}}}]}}"
+            );
+            let p: Pod = serde_yaml_ng::from_str(&yaml).expect("test pod");
+            (pods::key_of(&p), Arc::new(p))
+        };
+        let ledger = Ledger::default();
+        let mut m = Merger {
+            registry: Registry::default(),
+            room: NodeRoom {
+                name: "n1".into(),
+                max_pods: 10,
+                cpu_milli: 1000,
+                memory: 1 << 30,
+                ..Default::default()
+            },
+            runtime_uids: BTreeSet::new(),
+            admitted: BTreeSet::new(),
+            ledger: ledger.clone(),
+            rejected: BTreeMap::new(),
+            collisions: BTreeSet::new(),
+            desired: BTreeMap::new(),
+        };
+        // A static pod's worker holds 800m.
+        ledger.set("static-1", Some((800, 0)));
+        let files = ManifestSet::default();
+        let api = |list: Vec<(crate::model::PodKey, Arc<Pod>)>| ApiPods {
+            synced: true,
+            pods: list.into_iter().collect(),
+        };
+
+        let set = m.merge(&files, &api(vec![api_pod("a", "u-a")]));
+        assert!(set.pods.is_empty(), "300m beside the static pod's 800m does not fit in 1000m");
+        assert_eq!(m.rejected.get("u-a").map(|(_, r)| r.reason.as_str()), Some("OutOfcpu"));
+
+        ledger.set("static-1", None);
+        let set = m.merge(&files, &api(vec![api_pod("a", "u-a"), api_pod("b", "u-b")]));
+        assert_eq!(set.pods.len(), 1, "the rejected pod stays rejected; the new one fits");
+        assert_eq!(ledger.others("u-z"), (300, 1 << 20), "the admitted pod is in the ledger");
+        assert_eq!(ledger.others("u-b"), (0, 0));
+
+        let set = m.merge(&files, &api(vec![]));
+        assert!(set.pods.is_empty());
+        assert!(ledger.is_empty(), "a pod gone from the API server leaves the ledger");
+    }
 }
