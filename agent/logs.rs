@@ -25,18 +25,18 @@ const OUT_CHUNK: usize = 64 * 1024;
 
 /// One record of a CRI log file: `<RFC3339Nano> <stdout|stderr> <P|F>[:tags] <content>`.
 #[derive(Debug, PartialEq, Eq)]
-pub struct CriLine<'a> {
-    pub time: &'a [u8],
+pub(crate) struct CriLine<'a> {
+    pub(crate) time: &'a [u8],
     /// `time`, parsed.
-    pub at: jiff::Timestamp,
+    pub(crate) at: jiff::Timestamp,
     /// A `P` record: the content continues in the next record.
-    pub partial: bool,
-    pub content: &'a [u8],
+    pub(crate) partial: bool,
+    pub(crate) content: &'a [u8],
 }
 
 /// Parses one record (its trailing newline optional); `None` for a malformed one, which the
 /// kubelet skips too.
-pub fn parse_cri_line(line: &[u8]) -> Option<CriLine<'_>> {
+pub(crate) fn parse_cri_line(line: &[u8]) -> Option<CriLine<'_>> {
     let line = line.strip_suffix(b"\n").unwrap_or(line);
     let mut parts = line.splitn(4, |&b| b == b' ');
     let time = parts.next()?;
@@ -51,7 +51,7 @@ pub fn parse_cri_line(line: &[u8]) -> Option<CriLine<'_>> {
 
 /// Turns CRI records, one at a time, into output: `crilet logs`' [`LogPrinter`], and the kubelet
 /// API's filter (`since`, `limitBytes`), share the reading of files and rotations below.
-pub trait RecordSink {
+pub(crate) trait RecordSink {
     /// Appends what `record` (one line of the file, its newline optional) prints to `out`.
     fn push(&mut self, record: &[u8], out: &mut Vec<u8>);
     /// Whether nothing more will be printed (a byte limit is reached): reading stops.
@@ -63,13 +63,13 @@ pub trait RecordSink {
 /// Turns CRI records into the text `kubectl logs` prints: partial records joined, and with
 /// `--timestamps` each line prefixed by the time of its first record.
 #[derive(Debug)]
-pub struct LogPrinter {
+pub(crate) struct LogPrinter {
     timestamps: bool,
     at_line_start: bool,
 }
 
 impl LogPrinter {
-    pub fn new(timestamps: bool) -> Self {
+    pub(crate) fn new(timestamps: bool) -> Self {
         Self { timestamps, at_line_start: true }
     }
 }
@@ -92,7 +92,7 @@ impl RecordSink for LogPrinter {
 /// Which instance's file (`N.log`) to read, by the kubelet's rules (`validateContainerLogStatus`).
 /// The newest instance's number is the status's restartCount. In back-off (waiting, with a
 /// last termination) the last state *is* that newest instance; otherwise it is the one before.
-pub fn select_log_file(
+pub(crate) fn select_log_file(
     files: &[u32],
     status: Option<&ContainerStatus>,
     previous: bool,
@@ -136,7 +136,7 @@ fn not_started(container: &str, pod: &str, reason: &str) -> String {
 }
 
 /// Byte offset where the last `n` lines start (the kubelet's `FindTailLineStartIndex`).
-pub fn tail_offset<R: Read + Seek>(r: &mut R, n: usize) -> io::Result<u64> {
+pub(crate) fn tail_offset<R: Read + Seek>(r: &mut R, n: usize) -> io::Result<u64> {
     let len = r.seek(SeekFrom::End(0))?;
     let mut end = len;
     let mut seen = 0;
@@ -158,7 +158,7 @@ pub fn tail_offset<R: Read + Seek>(r: &mut R, n: usize) -> io::Result<u64> {
 }
 
 /// The pod's status entry for a container (init or regular).
-pub fn container_status<'a>(pod: &'a Pod, name: &str) -> Option<&'a ContainerStatus> {
+pub(crate) fn container_status<'a>(pod: &'a Pod, name: &str) -> Option<&'a ContainerStatus> {
     let status = pod.status.as_ref()?;
     status
         .init_container_statuses
@@ -170,7 +170,7 @@ pub fn container_status<'a>(pod: &'a Pod, name: &str) -> Option<&'a ContainerSta
 }
 
 /// The pod's log directory: its `crilet.io/log-directory` annotation, else the kubelet's layout.
-pub fn log_directory(pod: &Pod) -> PathBuf {
+pub(crate) fn log_directory(pod: &Pod) -> PathBuf {
     let meta = &pod.metadata;
     match meta.annotations.as_ref().and_then(|a| a.get(LOG_DIRECTORY_ANNOTATION)) {
         Some(dir) => PathBuf::from(dir),
@@ -184,7 +184,7 @@ pub fn log_directory(pod: &Pod) -> PathBuf {
 }
 
 /// The instance numbers `N` of the `N.log` files in a container's log directory.
-pub fn log_files(dir: &Path) -> io::Result<Vec<u32>> {
+pub(crate) fn log_files(dir: &Path) -> io::Result<Vec<u32>> {
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -201,8 +201,8 @@ pub fn log_files(dir: &Path) -> io::Result<Vec<u32>> {
 }
 
 /// An open log file, read record by record from `offset`.
-pub struct LogFile {
-    pub reader: BufReader<File>,
+pub(crate) struct LogFile {
+    pub(crate) reader: BufReader<File>,
     ino: u64,
     offset: u64,
     /// Bytes of a record whose newline has not been written yet.
@@ -210,26 +210,26 @@ pub struct LogFile {
 }
 
 impl LogFile {
-    pub fn open(path: &Path) -> io::Result<Self> {
+    pub(crate) fn open(path: &Path) -> io::Result<Self> {
         let file = File::open(path)?;
         let ino = file.metadata()?.ino();
         Ok(Self { reader: BufReader::new(file), ino, offset: 0, pending: Vec::new() })
     }
 
-    pub fn seek(&mut self, offset: u64) -> io::Result<()> {
+    pub(crate) fn seek(&mut self, offset: u64) -> io::Result<()> {
         self.offset = self.reader.seek(SeekFrom::Start(offset))?;
         Ok(())
     }
 
     /// Positions the file at its last `lines` records.
-    pub fn seek_tail(&mut self, lines: usize) -> io::Result<()> {
+    pub(crate) fn seek_tail(&mut self, lines: usize) -> io::Result<()> {
         let start = tail_offset(self.reader.get_mut(), lines)?;
         self.seek(start)
     }
 
     /// Prints every complete record up to the end of the file (and with `last`, an unterminated
     /// final one) to `out`; reports whether anything was read.
-    pub fn drain(
+    pub(crate) fn drain(
         &mut self,
         printer: &mut dyn RecordSink,
         last: bool,
@@ -269,20 +269,20 @@ impl LogFile {
 /// exists and the oldest has stopped growing for [`ROTATED_QUIET_POLLS`] polls, so records the
 /// runtime wrote to the old file after the rename (before or just after its reopen) come out
 /// before the new file's, in the order they were written.
-pub struct Follower {
+pub(crate) struct Follower {
     path: PathBuf,
     files: VecDeque<LogFile>,
     quiet: u32,
 }
 
 impl Follower {
-    pub fn new(path: PathBuf, current: LogFile) -> Self {
+    pub(crate) fn new(path: PathBuf, current: LogFile) -> Self {
         Self { path, files: VecDeque::from([current]), quiet: 0 }
     }
 
     /// One poll: notices a new file at the path, prints what is new in order; reports whether
     /// anything was read.
-    pub fn poll(&mut self, printer: &mut dyn RecordSink, out: &mut dyn Write) -> io::Result<bool> {
+    pub(crate) fn poll(&mut self, printer: &mut dyn RecordSink, out: &mut dyn Write) -> io::Result<bool> {
         self.notice_rotation();
         let mut grew = false;
         loop {
@@ -307,7 +307,7 @@ impl Follower {
     }
 
     /// Prints everything left in every file, in order (the followed instance has exited).
-    pub fn finish(&mut self, printer: &mut dyn RecordSink, out: &mut dyn Write) -> io::Result<()> {
+    pub(crate) fn finish(&mut self, printer: &mut dyn RecordSink, out: &mut dyn Write) -> io::Result<()> {
         self.notice_rotation();
         for file in &mut self.files {
             file.drain(printer, true, out)?;

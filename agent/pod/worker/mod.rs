@@ -352,12 +352,7 @@ impl Worker {
         let containers = all_containers(&pod);
 
         if let Some(reason) = the_plan.kill_pod {
-            let anything = observed
-                .containers
-                .iter()
-                .any(|c| matches!(c.state, ContainerState::Running | ContainerState::Unknown))
-                || observed.sandboxes.iter().any(|s| s.state == SandboxState::Ready);
-            if anything {
+            if sync::anything_runs(&observed) {
                 let why = match reason {
                     PodKillReason::SandboxChanged => "sandbox changed",
                     PodKillReason::SandboxLostNoRestart => "sandbox lost",
