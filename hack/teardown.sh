@@ -330,6 +330,8 @@ fi
 # file, and its /hostvarrun link. Its binaries and Go caches (/var/lib/crilet-dev/kruise) stay.
 bash "$HACK_DIR/kruise.sh" down || warn "hack/kruise.sh down failed; kruise-manager or a kruise-daemon may still run"
 stop_crilet
+# hack/guest.sh's QEMU guest, if one still runs (its image stays, as the Go builds do).
+bash "$HACK_DIR/guest.sh" down || warn "hack/guest.sh down failed; the guest may still run"
 # hack/e2e.sh's node (crilet-e2e): its agent by pid, its pods, e2e namespaces, Node and state.
 bash "$HACK_DIR/e2e.sh" clean || warn "hack/e2e.sh clean failed; the e2e node may still run"
 # The cluster after crilet (its client), before containerd (they do not depend on each other).

@@ -10,10 +10,13 @@
 #       (hack/critest.sh);
 #   containerd 2.3 (built from its Go module, beside the 2.1 environment: the first containerd
 #       that honours CRI stop signals): the stop-signal test, then critest on it; a short leg;
+#   guest (hack/guest.sh: a QEMU guest with systemd as PID 1, cgroup v2 and containerd 2.1):
+#       crilet.service installed by hack/install.sh, pods' cgroups in the unified tree, the
+#       service's restart and watchdog (tests/guest.rs);
 #   containerd 1.6 (bookworm's, relist): the lifecycle, probe, status, termination,
 #       runtime-restart, runtime-fault, restart-rule, resize and in-place update tests.
 # ARGS go to the test binaries of every leg, e.g. `hack/test.sh e2e_sidecar` runs only tests
-# whose name contains e2e_sidecar (and skips critest). CRILET_TEST_LEGS="2.1" (or "2.3", "1.6")
+# whose name contains e2e_sidecar (and skips critest). CRILET_TEST_LEGS="2.1" (or "2.3", "guest", "1.6")
 # runs one leg (2.3 sets up the 2.1 environment first if none runs). The run always ends with hack/teardown.sh (not --all: images stay for the next
 # run), also when a step fails or the run is interrupted, and hack/verify-clean.sh then checks
 # that no process, cgroup, socket, mount, interface or rule of the project is left. Exits
@@ -24,7 +27,7 @@ set -euo pipefail
 
 check_prerequisites
 # 2.3 runs beside the 2.1 environment, so it comes before the 1.6 leg switches that away.
-LEGS="${CRILET_TEST_LEGS:-2.1 2.3 1.6}"
+LEGS="${CRILET_TEST_LEGS:-2.1 2.3 guest 1.6}"
 # The suite's chaos run replays a seed that passed (a gate should not depend on a new random
 # schedule each time); hack/chaos.sh draws a new one. Override with CRILET_CHAOS_SEED.
 export CRILET_CHAOS_SEED="${CRILET_CHAOS_SEED:-392422939885647967}"
@@ -103,11 +106,22 @@ for runtime in $LEGS; do
             fi
             step "containerd 2.3 teardown" env CRILET_RUNTIME=2.3 bash "$HACK_DIR/teardown.sh"
             ;;
+        guest)
+            # A node as production runs them: systemd as PID 1 and cgroup v2, in the QEMU guest
+            # of hack/guest.sh (its image built once, cached under /var/lib/crilet-dev/guest).
+            # It needs the test images of the main environment (set up first when run alone).
+            [ -s "$MAIN_ENV_FILE" ] || leg 2.1
+            if step "guest up (hack/guest.sh)" bash "$HACK_DIR/guest.sh" up; then
+                step "tests in the guest (systemd, cgroup v2)" \
+                    cargo test --no-fail-fast --test guest -- --ignored --test-threads=1 "$@"
+            fi
+            step "guest down" bash "$HACK_DIR/guest.sh" down
+            ;;
         1.6)
             leg 1.6
             step "tests on containerd 1.6 (relist)" cargo test --no-fail-fast "${RELIST_TESTS[@]}" -- --test-threads=2 "$@"
             ;;
-        *) die "unknown leg $runtime in CRILET_TEST_LEGS (2.1, 2.3 or 1.6)" ;;
+        *) die "unknown leg $runtime in CRILET_TEST_LEGS (2.1, 2.3, guest or 1.6)" ;;
     esac
 done
 
