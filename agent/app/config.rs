@@ -93,6 +93,15 @@ pub(crate) struct RunArgs {
     /// Events the node may send at once above --event-qps [default: 100]
     #[arg(long)]
     pub(crate) event_burst: Option<u32>,
+    /// Graceful node shutdown: how long the node's shutdown waits for its pods to stop, held off
+    /// with a systemd-logind delay lock (the kubelet's shutdownGracePeriod); 0s for off
+    /// [default: 0s]
+    #[arg(long)]
+    pub(crate) shutdown_grace_period: Option<String>,
+    /// The part of --shutdown-grace-period kept for pods of system-critical priority, which stop
+    /// after the others (the kubelet's shutdownGracePeriodCriticalPods) [default: 0s]
+    #[arg(long)]
+    pub(crate) shutdown_grace_period_critical_pods: Option<String>,
     /// A YAML file holding the same settings (flags win)
     #[arg(long)]
     #[serde(skip)]
@@ -134,6 +143,9 @@ impl RunArgs {
             self.kube_api_burst = self.kube_api_burst.or(file.kube_api_burst);
             self.event_qps = self.event_qps.or(file.event_qps);
             self.event_burst = self.event_burst.or(file.event_burst);
+            self.shutdown_grace_period = self.shutdown_grace_period.or(file.shutdown_grace_period);
+            self.shutdown_grace_period_critical_pods =
+                self.shutdown_grace_period_critical_pods.or(file.shutdown_grace_period_critical_pods);
         }
         let runtime = self
             .container_runtime_endpoint
@@ -156,6 +168,10 @@ impl RunArgs {
             crilet::logrotate::plan::parse_go_duration(sync_text).filter(|d| !d.is_zero()).with_context(
                 || format!("--sync-frequency {sync_text:?} is not a positive duration (e.g. 1m, 10s)"),
             )?;
+        let shutdown = shutdown_periods(
+            self.shutdown_grace_period.as_deref(),
+            self.shutdown_grace_period_critical_pods.as_deref(),
+        )?;
         let cluster = match self.kubeconfig.filter(|p| !p.as_os_str().is_empty()) {
             None => None,
             Some(kubeconfig) => {
@@ -191,6 +207,7 @@ impl RunArgs {
         };
         Ok(Settings {
             cluster,
+            shutdown,
             node_ip,
             image_endpoint: self.image_service_endpoint.unwrap_or_else(|| runtime.clone()),
             runtime_endpoint: runtime,
@@ -233,6 +250,28 @@ pub(crate) fn limit(
     Ok(limit)
 }
 
+/// `--shutdown-grace-period` and `--shutdown-grace-period-critical-pods` (Go durations, 0s where
+/// unset): `None` when graceful node shutdown is off. The critical pods' part cannot exceed the
+/// whole (the kubelet's configuration validation).
+pub(crate) fn shutdown_periods(
+    grace: Option<&str>,
+    critical: Option<&str>,
+) -> anyhow::Result<Option<(Duration, Duration)>> {
+    let parse = |flag: &str, text: Option<&str>| {
+        let text = text.unwrap_or("0s");
+        crilet::logrotate::plan::parse_go_duration(text)
+            .with_context(|| format!("{flag} {text:?} is not a duration (e.g. 30s, 2m)"))
+    };
+    let grace = parse("--shutdown-grace-period", grace)?;
+    let critical = parse("--shutdown-grace-period-critical-pods", critical)?;
+    if critical > grace {
+        anyhow::bail!(
+            "--shutdown-grace-period-critical-pods {critical:?} is longer than --shutdown-grace-period {grace:?}"
+        );
+    }
+    Ok((!grace.is_zero()).then_some((grace, critical)))
+}
+
 /// Cluster mode's settings (`--kubeconfig` given).
 pub(crate) struct ClusterSettings {
     pub(crate) config: crilet::cluster::ClusterConfig,
@@ -245,6 +284,8 @@ pub(crate) struct ClusterSettings {
 
 pub(crate) struct Settings {
     pub(crate) cluster: Option<ClusterSettings>,
+    /// Graceful node shutdown's period and its critical pods' part, when it is on.
+    pub(crate) shutdown: Option<(Duration, Duration)>,
     /// `--node-ip`, if given (the pods' hostIP; the Node's InternalIP).
     pub(crate) node_ip: Option<String>,
     pub(crate) runtime_endpoint: String,

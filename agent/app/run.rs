@@ -186,6 +186,17 @@ pub(crate) async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
     let initial = manifests.borrow().clone();
     info!(dir = %s.manifest_dir.display(), pods = initial.pods.len(), problems = initial.problems.len(), "manifests loaded");
     let mut sup = Supervisor::new(ctx, wakers, cancel.clone());
+    // Graceful node shutdown: logind's signal stops the pods through the supervisor; the Node
+    // is not ready meanwhile.
+    let (shutting_down_tx, shutting_down) = tokio::sync::watch::channel(false);
+    if let Some((grace, critical)) = s.shutdown {
+        let (requests, requested) = tokio::sync::mpsc::channel(1);
+        sup = sup.with_shutdown(requested);
+        tasks.spawn(
+            "graceful node shutdown",
+            crilet::systemd::logind::run(grace, critical, requests, shutting_down_tx, cancel.clone()),
+        );
+    }
     let manifests = match (&s.cluster, link) {
         (Some(c), Some(link)) => {
             let runtime_uids = match cri.list_all(Some((crilet::model::keys::MANAGED_BY, "crilet"))).await {
@@ -210,6 +221,7 @@ pub(crate) async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
                 registry.clone(),
                 ledger.clone(),
                 manifests,
+                shutting_down,
                 cancel.clone(),
             );
             sup = sup.with_api_pods(gone);

@@ -157,6 +157,7 @@ pub fn start(
     registry: Registry,
     ledger: crate::ledger::Ledger,
     files: watch::Receiver<ManifestSet>,
+    shutting_down: watch::Receiver<bool>,
     cancel: CancellationToken,
 ) -> (watch::Receiver<ManifestSet>, mpsc::UnboundedSender<(PodKey, String)>) {
     let facts = node_sync::read_facts(
@@ -195,7 +196,7 @@ pub fn start(
                 }
                 delay = (delay * 2).min(Duration::from_secs(7));
             }
-            node_sync::run_status(link.clone(), cri, facts, &status_tasks, cancel.clone()).await;
+            node_sync::run_status(link.clone(), cri, facts, shutting_down, &status_tasks, cancel.clone()).await;
         });
     }
     tasks.spawn(

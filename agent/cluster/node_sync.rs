@@ -103,9 +103,11 @@ pub async fn run_status(
     link: Arc<ClusterLink>,
     cri: CriClient,
     facts: NodeFacts,
+    mut shutting_down: watch::Receiver<bool>,
     tasks: &crate::tasks::Tasks,
     cancel: CancellationToken,
 ) {
+    let mut shutdown_watched = true;
     let nodes: Api<Node> = Api::all(link.heartbeat.clone());
     let (watched, watch_current) = watch_own_node(&nodes, &facts.name, tasks, cancel.clone());
     let mut written: Option<(NodeStatus, tokio::time::Instant)> = None;
@@ -115,8 +117,13 @@ pub async fn run_status(
         tokio::select! {
             _ = cancel.cancelled() => return,
             _ = tick.tick() => {}
+            // The node's shutdown shows at once (the kubelet syncs the node status as it starts).
+            r = shutting_down.changed(), if shutdown_watched => shutdown_watched = r.is_ok(),
         }
-        let ready = runtime_readiness(&cri).await;
+        let mut ready = runtime_readiness(&cri).await;
+        if *shutting_down.borrow() {
+            ready.problems.push(crate::pod::shutdown::NODE_NOT_READY.to_string());
+        }
         // Compared with the Node as the API server has it (as the kubelet does): the node
         // lifecycle controller rewrites its conditions (Unknown) while the agent cannot reach the
         // API server, and that must be corrected as soon as it can again. Read from the watch,

@@ -16,6 +16,7 @@ use tracing::{info, warn};
 
 use super::carry::{Carried, in_place_edit};
 use super::context::Shared;
+use super::shutdown;
 use super::worker::{Desire, run_worker};
 use crate::model::{DesiredPod, ManifestSet, PodKey, PodSource, ProblemKind, keys};
 use crate::pleg::Wakers;
@@ -58,6 +59,14 @@ struct Running {
     tx: watch::Sender<Desire>,
 }
 
+/// The node is about to shut down: stop every pod, group by group (`pod::shutdown`), and say
+/// when done.
+pub struct ShutdownRequest {
+    /// Lowest priority first.
+    pub groups: Vec<shutdown::Group>,
+    pub done: oneshot::Sender<()>,
+}
+
 pub struct Supervisor {
     ctx: Shared,
     wakers: Wakers,
@@ -78,6 +87,10 @@ pub struct Supervisor {
     api_reaped: bool,
     /// Static pods resized in place: their new content UID maps to the running UID.
     carried: Carried,
+    /// Graceful node shutdown's requests (`systemd::logind`), if it is on.
+    shutdown: Option<mpsc::Receiver<ShutdownRequest>>,
+    /// The node's pods were stopped for its shutdown: nothing starts any more.
+    shut_down: bool,
 }
 
 impl Supervisor {
@@ -94,7 +107,15 @@ impl Supervisor {
             gone: None,
             api_reaped: true,
             carried: Carried::default(),
+            shutdown: None,
+            shut_down: false,
         }
+    }
+
+    /// Graceful node shutdown: `requests` say when to stop every pod.
+    pub fn with_shutdown(mut self, requests: mpsc::Receiver<ShutdownRequest>) -> Self {
+        self.shutdown = Some(requests);
+        self
     }
 
     /// Cluster mode: API pods come in the sets too; `gone` hears of every pod that has finished.
@@ -139,7 +160,7 @@ impl Supervisor {
     fn terminate(&mut self, key: &PodKey, grace: Option<Duration>) {
         if let Some(r) = self.running.remove(key) {
             info!(pod = %key, uid = %r.uid, grace_s = grace.map(|g| g.as_secs_f64()), "terminating pod");
-            let _ = r.tx.send(Desire::Terminate { remove: true, grace });
+            let _ = r.tx.send(Desire::Terminate { remove: true, grace, node_shutdown: false });
             self.terminating.insert(r.uid, (key.clone(), r.tx));
         }
     }
@@ -147,6 +168,9 @@ impl Supervisor {
     /// Brings the workers in line with `set`. A running pod whose manifest file (or the whole
     /// directory) is currently broken is left alone: a bad edit never disturbs a running pod.
     pub fn apply(&mut self, set: &ManifestSet) {
+        if self.shut_down {
+            return;
+        }
         self.carry_resized(set);
         let carried = self.carried.apply(set);
         let set = &carried;
@@ -368,7 +392,7 @@ impl Supervisor {
             info!(pod = %d.key, uid = %uid, "terminating pod whose manifest is gone");
             let key = d.key.clone();
             let grace = set.deleting.get(&key).filter(|g| g.uid == uid).map(|g| g.grace);
-            let tx = self.spawn(d, Desire::Terminate { remove: true, grace });
+            let tx = self.spawn(d, Desire::Terminate { remove: true, grace, node_shutdown: false });
             self.terminating.insert(uid, (key, tx));
         }
         self.reap_leftover_dirs(set).await;
@@ -435,22 +459,97 @@ impl Supervisor {
                 _ = housekeeping.tick() => self.reap_leftover_dirs(&current).await,
                 Some(done) = self.tasks.join_next(), if !self.tasks.is_empty() => {
                     let Ok((key, uid)) = done else { continue };
-                    self.report_gone(&key, &uid);
-                    if self.terminating.remove(&uid).is_some() {
-                        let still = self.terminating.values().any(|(k, _)| k == &key);
-                        if !still {
-                            if let Some(d) = self.pending.remove(&key) {
-                                self.start(d);
-                            }
-                        }
-                    } else if self.running.get(&key).is_some_and(|r| r.uid == uid) {
-                        self.running.remove(&key);
-                    }
+                    self.finished(key, uid);
+                }
+                Some(request) = next_request(&mut self.shutdown) => {
+                    self.shut_down_pods(request, &mut beat).await;
                 }
             }
         }
         // The agent is stopping: workers end without touching containers.
         while self.tasks.join_next().await.is_some() {}
+    }
+
+    /// A worker has ended: its pod is gone, and a new UID waiting for it may start.
+    fn finished(&mut self, key: PodKey, uid: String) {
+        self.report_gone(&key, &uid);
+        if self.terminating.remove(&uid).is_some() {
+            let still = self.terminating.values().any(|(k, _)| k == &key);
+            if !still && !self.shut_down {
+                if let Some(d) = self.pending.remove(&key) {
+                    self.start(d);
+                }
+            }
+        } else if self.running.get(&key).is_some_and(|r| r.uid == uid) {
+            self.running.remove(&key);
+        }
+    }
+
+    /// Graceful node shutdown (the kubelet's `processShutdownEvent`): the running pods are
+    /// stopped group by group, lowest priority first, each pod with its group's grace (or its
+    /// own, if shorter) and marked Failed for the shutdown; the next group starts when every pod
+    /// of this one has stopped or its period has passed. Nothing starts afterwards.
+    async fn shut_down_pods(&mut self, request: ShutdownRequest, beat: &mut tokio::time::Interval) {
+        self.shut_down = true;
+        self.pending.clear();
+        let mut members: Vec<Vec<PodKey>> = vec![Vec::new(); request.groups.len()];
+        for (key, r) in &self.running {
+            if let Desire::Run(d) = &*r.tx.borrow() {
+                let group = shutdown::group_of(&request.groups, shutdown::priority(&d.pod));
+                members[group].push(key.clone());
+            }
+        }
+        for (group, keys) in request.groups.iter().zip(members) {
+            if keys.is_empty() {
+                continue;
+            }
+            info!(
+                pods = keys.len(),
+                priority = group.priority,
+                period_s = group.period.as_secs(),
+                "node shutdown: stopping pods"
+            );
+            let mut stopping = HashSet::new();
+            for key in keys {
+                let Some(r) = self.running.remove(&key) else { continue };
+                let grace = match &*r.tx.borrow() {
+                    Desire::Run(d) => shutdown::pod_grace(group, &d.pod),
+                    Desire::Terminate { .. } => group.period,
+                };
+                let _ =
+                    r.tx.send(Desire::Terminate { remove: false, grace: Some(grace), node_shutdown: true });
+                stopping.insert(r.uid.clone());
+                self.terminating.insert(r.uid, (key, r.tx));
+            }
+            let period = tokio::time::sleep(group.period);
+            tokio::pin!(period);
+            while !stopping.is_empty() {
+                tokio::select! {
+                    _ = self.cancel.cancelled() => return,
+                    _ = &mut period => {
+                        warn!(left = stopping.len(), "node shutdown: pods still stopping when their group's period ended");
+                        break;
+                    }
+                    // The sync loop is busy, not stuck: the watchdog keeps getting its beats.
+                    _ = beat.tick() => self.ctx.registry.liveness().sync_loop_beat(),
+                    Some(done) = self.tasks.join_next(), if !self.tasks.is_empty() => {
+                        let Ok((key, uid)) = done else { continue };
+                        stopping.remove(&uid);
+                        self.finished(key, uid);
+                    }
+                }
+            }
+        }
+        info!("node shutdown: every pod stopped");
+        let _ = request.done.send(());
+    }
+}
+
+/// The next shutdown request, or never without graceful node shutdown.
+async fn next_request(requests: &mut Option<mpsc::Receiver<ShutdownRequest>>) -> Option<ShutdownRequest> {
+    match requests {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
     }
 }
 

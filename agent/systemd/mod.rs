@@ -23,6 +23,7 @@ use crate::health::Unhealthy;
 use crate::pleg::PlegState;
 use crate::registry::Registry;
 
+pub mod logind;
 mod status;
 #[cfg(test)]
 mod tests;

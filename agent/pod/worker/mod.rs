@@ -76,7 +76,18 @@ pub enum Desire {
         remove: bool,
         /// The grace budget when it is not the spec's: an API pod's `deletionGracePeriodSeconds`.
         grace: Option<Duration>,
+        /// The node is shutting down: the pod fails for good (`pod::shutdown::mark`).
+        node_shutdown: bool,
     },
+}
+
+/// Why a pod failed for good while it ran: its phase stays Failed, with the kubelet's reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Failed {
+    /// `activeDeadlineSeconds` ran out: everything is stopped and stays stopped.
+    DeadlineExceeded,
+    /// Stopped for the node's shutdown.
+    NodeShutdown,
 }
 
 /// Annotation on the published pod: the pod log directory (for `crilet logs`).
@@ -92,8 +103,8 @@ struct Worker {
     probes: ProbeManager,
     /// The current or last in-place update (kept under the pod directory).
     update: Option<UpdateState>,
-    /// `activeDeadlineSeconds` ran out: everything is stopped and stays stopped.
-    deadline_exceeded: bool,
+    /// The pod failed for good (its deadline ran out, or the node shut down).
+    failed: Option<Failed>,
     first_seen: jiff::Timestamp,
     /// The outside (readiness-gate) conditions last saved under the pod's dir.
     saved_conditions: Option<Vec<PodCondition>>,
@@ -157,7 +168,7 @@ pub async fn run_worker(
         termination_messages: BTreeMap::new(),
         probes,
         update,
-        deadline_exceeded: false,
+        failed: None,
         first_seen: jiff::Timestamp::now(),
         saved_conditions,
         saved_status,
@@ -174,7 +185,10 @@ pub async fn run_worker(
             let want = desire.borrow_and_update().clone();
             let mut next = Some(tokio::time::Instant::now() + RESYNC);
             match want {
-                Desire::Terminate { remove, grace } => {
+                Desire::Terminate { remove, grace, node_shutdown } => {
+                    if node_shutdown {
+                        w.failed = Some(Failed::NodeShutdown);
+                    }
                     if Box::pin(w.terminate(remove, grace, &mut desire, &cancel)).await {
                         info!("pod terminated");
                         let names: Vec<String> =
@@ -291,14 +305,14 @@ impl Worker {
             held: &held,
             now: now_ns(),
             deadline: self.active_deadline(&observed),
-            deadline_exceeded: self.deadline_exceeded,
+            deadline_exceeded: self.failed == Some(Failed::DeadlineExceeded),
             killed_by_agent: &self.killed_by_agent,
             update_requeue,
             resize_requeue,
             actual: &actual,
         });
         if let SyncPlan::Deadline { newly: true, .. } = decision {
-            self.deadline_exceeded = true;
+            self.failed = Some(Failed::DeadlineExceeded);
             ctx.rec.warning(
                 &self.desired.key,
                 None,

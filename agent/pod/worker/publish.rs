@@ -76,11 +76,15 @@ impl Worker {
         {
             self.resize_status(list, observed);
         }
-        if self.deadline_exceeded {
+        match self.failed {
             // Upstream's active-deadline handler: the pod fails for good.
-            status.phase = Some("Failed".into());
-            status.reason = Some("DeadlineExceeded".into());
-            status.message = Some("Pod was active on the node longer than the specified deadline".into());
+            Some(Failed::DeadlineExceeded) => {
+                status.phase = Some("Failed".into());
+                status.reason = Some("DeadlineExceeded".into());
+                status.message = Some("Pod was active on the node longer than the specified deadline".into());
+            }
+            Some(Failed::NodeShutdown) => crate::pod::shutdown::mark(&mut status, jiff::Timestamp::now()),
+            None => {}
         }
         pod.status = Some(status.clone());
         self.ctx.metrics.pod_published(&self.desired.uid, &pod);
