@@ -3,12 +3,14 @@
 //!
 //! Callers get domain types (`crate::model`) back; request building for sandboxes and
 //! containers lives with the pod code, which owns the kubelet rules behind each field. The pod
-//! engine and the probes call the runtime through the [`Runtime`] trait (which the client
-//! implements).
+//! engine and the probes call the runtime through the [`Runtime`] trait: the client implements it, and
+//! so does `fake`, an in-memory runtime for unit tests.
 
 mod brief;
 mod client;
 mod convert;
+#[cfg(test)]
+pub mod fake;
 mod runtime;
 pub mod signal;
 mod status_cache;
