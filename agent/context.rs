@@ -1,4 +1,4 @@
-//! What every pod worker shares: the CRI client, node settings, the registry (status + events),
+//! What every pod worker shares: the runtime (the CRI client, or a test's in-memory one), node settings, the registry (status + events),
 //! the node-wide image pull back-off and the pull lock (pulls are serialized, R11.3).
 
 use std::sync::{Arc, Mutex};
@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::Mutex as AsyncMutex;
 
 use crate::backoff::Backoff;
-use crate::cri::CriClient;
+use crate::cri::Runtime;
 use crate::ledger::Ledger;
 use crate::metrics::Metrics;
 use crate::node::NodeConfig;
@@ -15,7 +15,8 @@ use crate::registry::Registry;
 use crate::volumes::VolumeManager;
 
 pub struct PodContext {
-    pub cri: CriClient,
+    /// The runtime every CRI call of the pod engine and the probes goes to.
+    pub cri: Arc<dyn Runtime>,
     pub node: NodeConfig,
     pub registry: Registry,
     pub image_backoff: Mutex<Backoff>,
@@ -40,7 +41,7 @@ pub type Shared = Arc<PodContext>;
 
 impl PodContext {
     pub fn new(
-        cri: CriClient,
+        cri: Arc<dyn Runtime>,
         node: NodeConfig,
         registry: Registry,
         ledger: Ledger,
@@ -51,7 +52,7 @@ impl PodContext {
 
     /// Cluster mode: [`Self::new`] with API-backed volumes and env from `volumes`.
     pub fn new_with_volumes(
-        cri: CriClient,
+        cri: Arc<dyn Runtime>,
         node: NodeConfig,
         registry: Registry,
         ledger: Ledger,
@@ -62,7 +63,7 @@ impl PodContext {
     }
 
     fn unshared(
-        cri: CriClient,
+        cri: Arc<dyn Runtime>,
         node: NodeConfig,
         registry: Registry,
         ledger: Ledger,

@@ -121,7 +121,7 @@ pub(crate) async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
                 c.sync_frequency,
             );
             PodContext::new_with_volumes(
-                cri.clone(),
+                std::sync::Arc::new(cri.clone()),
                 node,
                 registry.clone(),
                 ledger.clone(),
@@ -129,7 +129,13 @@ pub(crate) async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
                 std::sync::Arc::new(volumes),
             )
         }
-        _ => PodContext::new(cri.clone(), node, registry.clone(), ledger.clone(), metrics.clone()),
+        _ => PodContext::new(
+            std::sync::Arc::new(cri.clone()),
+            node,
+            registry.clone(),
+            ledger.clone(),
+            metrics.clone(),
+        ),
     };
     let ctx_volumes = ctx.volumes.clone();
     let pleg_state = std::sync::Arc::new(pleg::PlegState::new(metrics.clone()));
@@ -163,7 +169,8 @@ pub(crate) async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
             cancel.clone(),
         ),
     );
-    tasks.spawn("pod cgroup sweep", crilet::pod::cgroups::sweep_periodically(cri.clone(), cancel.clone()));
+    tasks
+        .spawn("pod cgroup sweep", crilet::pod::cgroups::sweep_periodically(ctx.cri.clone(), cancel.clone()));
     tasks.spawn(
         "log rotation",
         crilet::logrotate::run(cri.clone(), s.pod_logs_dir.clone(), s.log_rotation, cancel.clone()),

@@ -2,17 +2,23 @@
 //! runtime and image services over a Unix socket, with a deadline on every call.
 //!
 //! Callers get domain types (`crate::model`) back; request building for sandboxes and
-//! containers lives with the pod code, which owns the kubelet rules behind each field.
+//! containers lives with the pod code, which owns the kubelet rules behind each field. The pod
+//! engine and the probes call the runtime through the [`Runtime`] trait: the client implements it, and
+//! so does `fake`, an in-memory runtime for unit tests.
 
 mod brief;
 mod client;
 mod convert;
+#[cfg(test)]
+pub mod fake;
+mod runtime;
 pub mod signal;
 mod status_cache;
 
 pub use brief::{Brief, RuntimeBrief};
 pub use client::{CallObserver, CriClient, RuntimeInfo, StreamingRequest};
 pub use convert::{container_from_status, sandbox_from_status};
+pub use runtime::Runtime;
 
 /// The CRI v1 API's generated types (vocabulary, in `crate::cri_proto`).
 pub use crate::cri_proto as api;

@@ -14,7 +14,7 @@ use std::time::{Duration, SystemTime};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info};
 
-use crate::cri::CriClient;
+use crate::cri::Runtime;
 use crate::model::keys;
 
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
@@ -123,7 +123,7 @@ pub fn orphans(found: &[Found], live: &HashSet<String>) -> Vec<PathBuf> {
 }
 
 /// One sweep: removes the orphaned pod cgroups that are empty. Returns how many went.
-pub async fn sweep(cri: &CriClient) -> usize {
+pub async fn sweep(cri: &dyn Runtime) -> usize {
     // Every sandbox and container the runtime has, whoever made it: a UID any of them carries
     // is alive.
     let (sandboxes, containers) = match cri.list_all(None).await {
@@ -158,12 +158,12 @@ pub async fn sweep(cri: &CriClient) -> usize {
 }
 
 /// Sweeps at start-up and then every `SWEEP_PERIOD` until `cancel` fires.
-pub async fn sweep_periodically(cri: CriClient, cancel: CancellationToken) {
+pub async fn sweep_periodically(cri: std::sync::Arc<dyn Runtime>, cancel: CancellationToken) {
     loop {
         if cancel.is_cancelled() {
             return;
         }
-        let n = sweep(&cri).await;
+        let n = sweep(&*cri).await;
         if n > 0 {
             debug!(n, "pod cgroup sweep");
         }

@@ -6,13 +6,13 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, LifecycleHandler};
 
-use crate::cri::CriClient;
+use crate::cri::Runtime;
 use crate::http_get::{HttpRequest, http_get};
 use crate::ports::resolve_port;
 
 /// Runs one hook handler against a running container; Err carries the failure text.
 pub async fn run_handler(
-    cri: &CriClient,
+    cri: &dyn Runtime,
     container_id: &str,
     spec: &Container,
     handler: &LifecycleHandler,

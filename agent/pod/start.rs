@@ -238,7 +238,8 @@ pub async fn start_container(ctx: &Shared, req: &StartRequest<'_>) -> Result<Str
     ctx.rec.started(&d.key, &c.name, &id, restart_count);
     link_legacy_log(ctx, d, &c.name, &id, &log_dir.join(format!("{restart_count}.log")));
     if let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
-        if let Err(msg) = run_handler(&ctx.cri, &id, c, hook, req.pod_ips.first().map(String::as_str)).await {
+        if let Err(msg) = run_handler(&*ctx.cri, &id, c, hook, req.pod_ips.first().map(String::as_str)).await
+        {
             tracing::warn!(pod = %d.key, container = %c.name, error = %msg, "postStart hook failed");
             ctx.rec.warning(&d.key, name, "FailedPostStartHook", format!("PostStartHook failed: {msg}"));
             ctx.rec.step(

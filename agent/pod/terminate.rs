@@ -169,7 +169,7 @@ async fn kill_with_deadline(
     if let Some(hook) = pre_stop(spec.as_ref(), &observed) {
         let fallback = Container { name: name.clone(), ..Default::default() };
         let c = spec.clone().unwrap_or(fallback);
-        let run = run_handler(&ctx.cri, &observed.id, &c, &hook, pod_ip.as_deref());
+        let run = run_handler(&*ctx.cri, &observed.id, &c, &hook, pod_ip.as_deref());
         let began = Instant::now();
         let outcome = match tokio::select! { r = run => Ok(r), _ = deadline.reached() => Err(()) } {
             Ok(Ok(())) => format!("preStop hook finished in {:.1}s", began.elapsed().as_secs_f64()),

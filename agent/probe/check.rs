@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::{Container, Probe};
 use tokio::net::TcpStream;
 
 use super::tracker::Outcome;
-use crate::cri::{CriClient, CriError};
+use crate::cri::{CriError, Runtime};
 use crate::expand::expand;
 use crate::http_get::{HttpRequest, http_get};
 use crate::ports::resolve_port;
@@ -26,7 +26,7 @@ fn done(outcome: Outcome, output: impl Into<String>) -> Attempt {
 
 /// What a probe attempt needs to know about its target.
 pub struct Target<'a> {
-    pub cri: &'a CriClient,
+    pub cri: &'a dyn Runtime,
     pub container_id: &'a str,
     pub spec: &'a Container,
     pub pod_ip: Option<&'a str>,

@@ -85,7 +85,7 @@ impl ProbeTask {
                 continue;
             }
             let target = Target {
-                cri: &self.ctx.cri,
+                cri: &*self.ctx.cri,
                 container_id: &self.container_id,
                 spec: &self.spec,
                 pod_ip: self.pod_ip.as_deref(),

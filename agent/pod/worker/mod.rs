@@ -9,6 +9,8 @@ mod publish;
 mod reset;
 mod resize;
 mod starts;
+#[cfg(test)]
+mod sync_tests;
 
 use self::persist::{backoff_path, conditions_path, status_path, update_state_path};
 
@@ -141,44 +143,7 @@ pub async fn run_worker(
     let key = initial.key.clone();
     ctx.registry.register_waker(&key, wake.clone());
     let registered = wake.clone();
-    let probes =
-        ProbeManager::new(ctx.clone(), initial.key.clone(), &initial.uid, wake.clone(), cancel.child_token());
-    let update = UpdateState::load(&update_state_path(&ctx, &initial.uid));
-    let saved_conditions: Option<Vec<PodCondition>> =
-        std::fs::read(conditions_path(&ctx, &initial.uid)).ok().and_then(|b| serde_json::from_slice(&b).ok());
-    if ctx.registry.external_conditions(&initial.key).is_empty() {
-        for c in saved_conditions.iter().flatten() {
-            ctx.registry.set_external_condition(&initial.key, c.clone(), false);
-        }
-    }
-    let crash_backoff = match std::fs::read(backoff_path(&ctx, &initial.uid)) {
-        Ok(json) => Backoff::crash_loop().with_json(&json),
-        Err(_) => Backoff::crash_loop(),
-    };
-    let saved_status = std::fs::read(status_path(&ctx, &initial.uid)).ok();
-    let status: Option<PodStatus> = saved_status.as_deref().and_then(|b| serde_json::from_slice(b).ok());
-    let kill_saved = crate::pod::terminate::saved_kill_path(&pod_dir(&ctx.node, &initial.uid)).exists();
-    ctx.metrics.pod_seen(&initial.uid, status.as_ref());
-    let mut w = Worker {
-        ctx: ctx.clone(),
-        desired: initial,
-        crash_backoff,
-        start_errors: BTreeMap::new(),
-        status,
-        termination_messages: BTreeMap::new(),
-        probes,
-        update,
-        failed: None,
-        first_seen: jiff::Timestamp::now(),
-        saved_conditions,
-        saved_status,
-        kill_saved,
-        killed_by_agent: BTreeSet::new(),
-        live: None,
-        acted: false,
-        resize: resize::ResizeState::default(),
-        mount_failures: 0,
-    };
+    let mut w = Worker::new(ctx.clone(), initial, wake.clone(), &cancel);
     async move {
         let mut failures: u32 = 0;
         loop {
@@ -248,6 +213,52 @@ pub async fn run_worker(
     .instrument(span)
     .await;
     ctx.registry.unregister_waker(&key, &registered);
+}
+
+impl Worker {
+    /// A worker for `initial`, carrying on from what an earlier agent saved under the pod's dir
+    /// (back-off, status, in-place update, outside conditions, a kill under way).
+    fn new(ctx: Shared, initial: DesiredPod, wake: Arc<Notify>, cancel: &CancellationToken) -> Self {
+        let probes =
+            ProbeManager::new(ctx.clone(), initial.key.clone(), &initial.uid, wake, cancel.child_token());
+        let update = UpdateState::load(&update_state_path(&ctx, &initial.uid));
+        let saved_conditions: Option<Vec<PodCondition>> = std::fs::read(conditions_path(&ctx, &initial.uid))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok());
+        if ctx.registry.external_conditions(&initial.key).is_empty() {
+            for c in saved_conditions.iter().flatten() {
+                ctx.registry.set_external_condition(&initial.key, c.clone(), false);
+            }
+        }
+        let crash_backoff = match std::fs::read(backoff_path(&ctx, &initial.uid)) {
+            Ok(json) => Backoff::crash_loop().with_json(&json),
+            Err(_) => Backoff::crash_loop(),
+        };
+        let saved_status = std::fs::read(status_path(&ctx, &initial.uid)).ok();
+        let status: Option<PodStatus> = saved_status.as_deref().and_then(|b| serde_json::from_slice(b).ok());
+        let kill_saved = crate::pod::terminate::saved_kill_path(&pod_dir(&ctx.node, &initial.uid)).exists();
+        ctx.metrics.pod_seen(&initial.uid, status.as_ref());
+        Worker {
+            ctx,
+            desired: initial,
+            crash_backoff,
+            start_errors: BTreeMap::new(),
+            status,
+            termination_messages: BTreeMap::new(),
+            probes,
+            update,
+            failed: None,
+            first_seen: jiff::Timestamp::now(),
+            saved_conditions,
+            saved_status,
+            kill_saved,
+            killed_by_agent: BTreeSet::new(),
+            live: None,
+            acted: false,
+            resize: resize::ResizeState::default(),
+            mount_failures: 0,
+        }
+    }
 }
 
 /// The images of the containers `plan` starts.
