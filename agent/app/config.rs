@@ -93,6 +93,11 @@ pub(crate) struct RunArgs {
     /// Events the node may send at once above --event-qps [default: 100]
     #[arg(long)]
     pub(crate) event_burst: Option<u32>,
+    /// The cgroup driver pods' cgroups are made with, cgroupfs or systemd (the runtime's must
+    /// be the same); a runtime that reports its own through CRI RuntimeConfig is followed
+    /// instead, as the kubelet does [default: cgroupfs]
+    #[arg(long)]
+    pub(crate) cgroup_driver: Option<String>,
     /// A YAML file holding the same settings (flags win)
     #[arg(long)]
     #[serde(skip)]
@@ -134,6 +139,7 @@ impl RunArgs {
             self.kube_api_burst = self.kube_api_burst.or(file.kube_api_burst);
             self.event_qps = self.event_qps.or(file.event_qps);
             self.event_burst = self.event_burst.or(file.event_burst);
+            self.cgroup_driver = self.cgroup_driver.or(file.cgroup_driver);
         }
         let runtime = self
             .container_runtime_endpoint
@@ -149,6 +155,13 @@ impl RunArgs {
                     .with_context(|| format!("--node-ip {ip:?} is not an IP address"))?;
                 Some(ip)
             }
+            None => None,
+        };
+        let cgroup_driver = match self.cgroup_driver.as_deref().filter(|d| !d.is_empty()) {
+            Some(d) => Some(
+                d.parse::<crilet::cgroup::CgroupDriver>()
+                    .map_err(|e| anyhow::anyhow!("--cgroup-driver: {e}"))?,
+            ),
             None => None,
         };
         let sync_text = self.sync_frequency.as_deref().unwrap_or("1m");
@@ -191,6 +204,7 @@ impl RunArgs {
         };
         Ok(Settings {
             cluster,
+            cgroup_driver,
             node_ip,
             image_endpoint: self.image_service_endpoint.unwrap_or_else(|| runtime.clone()),
             runtime_endpoint: runtime,
@@ -258,6 +272,8 @@ pub(crate) struct Settings {
     /// `HOST:PORT` of /metrics and /healthz, if any.
     pub(crate) metrics_bind_address: Option<String>,
     pub(crate) log_rotation: crilet::logrotate::Policy,
+    /// `--cgroup-driver`, if given (`None`: cgroupfs unless the runtime names its own).
+    pub(crate) cgroup_driver: Option<crilet::cgroup::CgroupDriver>,
 }
 
 /// The node's primary IPv4 address: the first non-loopback address of an interface that is up

@@ -243,11 +243,11 @@ pub(crate) enum Driver {
     Systemd,
 }
 
-impl From<api::CgroupDriver> for Driver {
-    fn from(d: api::CgroupDriver) -> Self {
+impl From<crate::cgroup::CgroupDriver> for Driver {
+    fn from(d: crate::cgroup::CgroupDriver) -> Self {
         match d {
-            api::CgroupDriver::Systemd => Driver::Systemd,
-            api::CgroupDriver::Cgroupfs => Driver::Cgroupfs,
+            crate::cgroup::CgroupDriver::Systemd => Driver::Systemd,
+            crate::cgroup::CgroupDriver::Cgroupfs => Driver::Cgroupfs,
         }
     }
 }
