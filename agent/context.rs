@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::Mutex as AsyncMutex;
 
 use crate::backoff::Backoff;
+use crate::cgroup::Cgroups;
 use crate::cri::Runtime;
 use crate::ledger::Ledger;
 use crate::metrics::Metrics;
@@ -35,6 +36,9 @@ pub struct PodContext {
     pub metrics: Arc<Metrics>,
     /// Events, timeline steps and their metrics.
     pub rec: Recorder,
+    /// The node's pod cgroups under its driver (`node.cgroup_driver`): named, made, changed and
+    /// removed through it.
+    pub cgroups: Arc<Cgroups>,
 }
 
 pub type Shared = Arc<PodContext>;
@@ -71,6 +75,7 @@ impl PodContext {
     ) -> Self {
         Self {
             cri,
+            cgroups: Arc::new(Cgroups::new(node.cgroup_driver)),
             node,
             rec: Recorder::new(registry.clone(), metrics.clone()),
             registry,

@@ -1,6 +1,7 @@
 //! crilet: a kubelet-faithful node agent that runs static Pod manifests on containerd over CRI.
 pub mod api;
 pub mod backoff;
+pub mod cgroup;
 pub mod checkpoint;
 pub mod cli;
 pub mod cluster;

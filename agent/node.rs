@@ -18,6 +18,9 @@ pub struct NodeConfig {
     /// The host's resolver configuration, parsed once (used for dnsPolicy Default and as the
     /// fallback of ClusterFirst, since a static-pod node has no cluster DNS).
     pub host_dns: HostDns,
+    /// The cgroup driver in force (`--cgroup-driver`, or the runtime's own through CRI
+    /// `RuntimeConfig`): how pod cgroups are named and who makes them.
+    pub cgroup_driver: crate::cgroup::CgroupDriver,
 }
 
 /// Name servers, search domains and options of the host's resolv.conf.

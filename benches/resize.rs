@@ -170,6 +170,7 @@ fn raw_node(dir: &Path) -> NodeConfig {
         node_name: "bench-resize".into(),
         host_ip: None,
         host_dns: HostDns::default(),
+        cgroup_driver: Default::default(),
     }
 }
 

@@ -102,6 +102,11 @@ pub(crate) struct RunArgs {
     /// after the others (the kubelet's shutdownGracePeriodCriticalPods) [default: 0s]
     #[arg(long)]
     pub(crate) shutdown_grace_period_critical_pods: Option<String>,
+    /// The cgroup driver pods' cgroups are made with, cgroupfs or systemd (the runtime's must
+    /// be the same); a runtime that reports its own through CRI RuntimeConfig is followed
+    /// instead, as the kubelet does [default: cgroupfs]
+    #[arg(long)]
+    pub(crate) cgroup_driver: Option<String>,
     /// A YAML file holding the same settings (flags win)
     #[arg(long)]
     #[serde(skip)]
@@ -146,6 +151,7 @@ impl RunArgs {
             self.shutdown_grace_period = self.shutdown_grace_period.or(file.shutdown_grace_period);
             self.shutdown_grace_period_critical_pods =
                 self.shutdown_grace_period_critical_pods.or(file.shutdown_grace_period_critical_pods);
+            self.cgroup_driver = self.cgroup_driver.or(file.cgroup_driver);
         }
         let runtime = self
             .container_runtime_endpoint
@@ -161,6 +167,13 @@ impl RunArgs {
                     .with_context(|| format!("--node-ip {ip:?} is not an IP address"))?;
                 Some(ip)
             }
+            None => None,
+        };
+        let cgroup_driver = match self.cgroup_driver.as_deref().filter(|d| !d.is_empty()) {
+            Some(d) => Some(
+                d.parse::<crilet::cgroup::CgroupDriver>()
+                    .map_err(|e| anyhow::anyhow!("--cgroup-driver: {e}"))?,
+            ),
             None => None,
         };
         let sync_text = self.sync_frequency.as_deref().unwrap_or("1m");
@@ -208,6 +221,7 @@ impl RunArgs {
         Ok(Settings {
             cluster,
             shutdown,
+            cgroup_driver,
             node_ip,
             image_endpoint: self.image_service_endpoint.unwrap_or_else(|| runtime.clone()),
             runtime_endpoint: runtime,
@@ -299,6 +313,8 @@ pub(crate) struct Settings {
     /// `HOST:PORT` of /metrics and /healthz, if any.
     pub(crate) metrics_bind_address: Option<String>,
     pub(crate) log_rotation: crilet::logrotate::Policy,
+    /// `--cgroup-driver`, if given (`None`: cgroupfs unless the runtime names its own).
+    pub(crate) cgroup_driver: Option<crilet::cgroup::CgroupDriver>,
 }
 
 /// The node's primary IPv4 address: the first non-loopback address of an interface that is up

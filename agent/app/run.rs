@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use anyhow::Context;
+use crilet::cgroup::CgroupDriver;
 use crilet::cri::CriClient;
 use crilet::pleg::{self, Wakers};
 use crilet::pod::context::PodContext;
@@ -43,6 +44,47 @@ async fn wait_for_runtime(
         }
         delay = (delay * 2).min(Duration::from_secs(5));
     }
+}
+
+/// The cgroup driver the agent uses: the runtime's, when it names one through CRI
+/// `RuntimeConfig`, else `--cgroup-driver` (the kubelet's `getCgroupDriverFromCRI`: three tries
+/// two seconds apart; a runtime without the call leaves the flag in force; any other failure
+/// stops the start).
+async fn cgroup_driver(cri: &CriClient, flag: Option<CgroupDriver>) -> anyhow::Result<CgroupDriver> {
+    use crilet::cgroup::driver::{RuntimeAnswer, resolve};
+    let mut answer = RuntimeAnswer::Failed("not asked".into());
+    for attempt in 0..3 {
+        if attempt > 0 {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+        answer = match cri.cgroup_driver(Duration::from_secs(5)).await {
+            Ok(Some(d)) => RuntimeAnswer::Reported(d),
+            Ok(None) => RuntimeAnswer::NoLinuxSection,
+            Err(e) if e.is_unimplemented() => RuntimeAnswer::Unimplemented,
+            Err(e) => {
+                answer = RuntimeAnswer::Failed(crilet::error_chain(&e));
+                continue;
+            }
+        };
+        break;
+    }
+    let resolved = resolve(flag, &answer).map_err(anyhow::Error::msg)?;
+    if let Some(asked) = resolved.overridden {
+        warn!(
+            flag = %asked,
+            driver = %resolved.driver,
+            "--cgroup-driver {asked} is not used: the runtime reports the {} cgroup driver through CRI RuntimeConfig, \
+             and the kubelet follows the runtime's",
+            resolved.driver
+        );
+    }
+    let why = match answer {
+        RuntimeAnswer::Unimplemented => "the runtime does not implement CRI RuntimeConfig",
+        RuntimeAnswer::NoLinuxSection => "the runtime's RuntimeConfig has no Linux section",
+        _ => "the runtime reports it",
+    };
+    info!(driver = %resolved.driver, from = resolved.source, why, "cgroup driver");
+    Ok(resolved.driver)
 }
 
 /// The long-lived loops `run_agent` waits for when the agent stops (see [`crilet::tasks`]).
@@ -98,6 +140,7 @@ pub(crate) async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
         .with_observer(metrics.clone());
     service.starting("waiting for the runtime");
     let Some(runtime) = wait_for_runtime(&cri, &s.runtime_endpoint, &cancel).await else { return Ok(()) };
+    let cgroup_driver = cgroup_driver(&cri, s.cgroup_driver).await?;
 
     let host_dns =
         std::fs::read_to_string("/etc/resolv.conf").map(|t| HostDns::parse(&t)).unwrap_or_default();
@@ -108,6 +151,7 @@ pub(crate) async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
         node_name: s.node_name.clone(),
         host_ip: s.node_ip.clone().or_else(host_ip),
         host_dns,
+        cgroup_driver,
     };
     // What the node's pods hold: admission and resizes count from the same ledger.
     let ledger = crilet::ledger::Ledger::default();
@@ -169,8 +213,15 @@ pub(crate) async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
             cancel.clone(),
         ),
     );
-    tasks
-        .spawn("pod cgroup sweep", crilet::pod::cgroups::sweep_periodically(ctx.cri.clone(), cancel.clone()));
+    // Under systemd, the QoS slices exist before any pod's (the kubelet's QoS container
+    // manager); a failure is the first pod's to report again.
+    if let Err(e) = ctx.cgroups.ensure_qos().await {
+        error!(error = %e, "making the QoS cgroups failed");
+    }
+    tasks.spawn(
+        "pod cgroup sweep",
+        crilet::pod::cgroups::sweep_periodically(ctx.cri.clone(), ctx.cgroups.clone(), cancel.clone()),
+    );
     tasks.spawn(
         "log rotation",
         crilet::logrotate::run(cri.clone(), s.pod_logs_dir.clone(), s.log_rotation, cancel.clone()),

@@ -63,6 +63,8 @@ pub struct Config {
     pub config_file: Option<PathBuf>,
     /// Cluster mode: the `--kubeconfig`, if any.
     pub kubeconfig: Option<PathBuf>,
+    /// `--cgroup-driver`, if given.
+    pub cgroup_driver: Option<crate::cgroup::CgroupDriver>,
 }
 
 /// The outcome of one check.

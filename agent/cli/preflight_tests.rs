@@ -241,10 +241,12 @@ fn cgroup_version_cases() {
 
 #[test]
 fn cgroup_driver_cases() {
-    use Driver::*;
+    use crate::cgroup::CgroupDriver::{Cgroupfs, Systemd};
+    let unimpl = || Err(CallError::Unimplemented);
     let cases = [
         (
             "runtime says cgroupfs",
+            None,
             Ok(Some(Cgroupfs)),
             None,
             true,
@@ -252,64 +254,118 @@ fn cgroup_driver_cases() {
             "cgroupfs (from CRI RuntimeConfig)",
         ),
         (
-            "runtime says systemd: pods cannot start",
+            "runtime says systemd: the agent follows it",
+            None,
+            Ok(Some(Systemd)),
+            Some(true),
+            true,
+            Verdict::Pass,
+            "systemd (from CRI RuntimeConfig), which the agent follows",
+        ),
+        (
+            "runtime says systemd over a cgroupfs flag: followed, the flag named",
+            Some(Cgroupfs),
+            Ok(Some(Systemd)),
+            None,
+            true,
+            Verdict::Pass,
+            "systemd (from CRI RuntimeConfig), which the agent follows as the kubelet does; --cgroup-driver cgroupfs is not used",
+        ),
+        (
+            "runtime says systemd without systemd as PID 1",
+            None,
             Ok(Some(Systemd)),
             None,
             false,
             Verdict::Fail,
-            "the runtime uses the systemd",
+            "the runtime reports the systemd cgroup driver (CRI RuntimeConfig), but PID 1 is not systemd",
         ),
         (
-            "the runtime's answer beats its config",
-            Ok(Some(Cgroupfs)),
+            "containerd 1.6/2.1 with SystemdCgroup = true and --cgroup-driver systemd",
+            Some(Systemd),
+            unimpl(),
             Some(true),
             true,
             Verdict::Pass,
-            "cgroupfs",
+            "systemd, as the runtime's config (SystemdCgroup = true); the runtime does not implement CRI RuntimeConfig, \
+             so the agent trusts --cgroup-driver, as the kubelet does",
         ),
         (
-            "unimplemented, config says systemd",
-            Err(CallError::Unimplemented),
+            "SystemdCgroup = true, agent on the default: both named",
+            None,
+            unimpl(),
             Some(true),
             true,
             Verdict::Fail,
-            "the runtime uses the systemd cgroup driver (from the runtime's config: SystemdCgroup = true)",
+            "the agent uses the cgroupfs cgroup driver (the default (--cgroup-driver not given)), the runtime the systemd \
+             one (its config: SystemdCgroup = true)",
+        ),
+        (
+            "SystemdCgroup = false, agent on systemd",
+            Some(Systemd),
+            unimpl(),
+            Some(false),
+            true,
+            Verdict::Fail,
+            "the agent uses the systemd cgroup driver (--cgroup-driver), the runtime the cgroupfs one",
         ),
         (
             "unimplemented, config says cgroupfs",
-            Err(CallError::Unimplemented),
+            None,
+            unimpl(),
             Some(false),
             true,
             Verdict::Pass,
-            "cgroupfs (from the runtime's config: SystemdCgroup = false)",
+            "cgroupfs, as the runtime's config (SystemdCgroup = false)",
         ),
         (
             "unknown on a systemd host",
-            Err(CallError::Unimplemented),
+            None,
+            unimpl(),
             None,
             true,
             Verdict::Warn,
-            "cannot tell the runtime's cgroup driver (RuntimeConfig: not implemented by the runtime)",
+            "cannot tell the runtime's cgroup driver (the runtime does not implement CRI RuntimeConfig",
         ),
         (
             "unknown without systemd",
-            Err(CallError::Unimplemented),
+            None,
+            unimpl(),
             None,
             false,
             Verdict::Pass,
             "cgroupfs (PID 1 is not systemd",
         ),
         (
+            "--cgroup-driver systemd without systemd",
+            Some(Systemd),
+            unimpl(),
+            None,
+            false,
+            Verdict::Fail,
+            "the agent would use the systemd cgroup driver (--cgroup-driver), but PID 1 is not systemd",
+        ),
+        (
             "no Linux section, systemd host",
+            None,
             Ok(None),
             None,
             true,
             Verdict::Warn,
-            "cannot tell the runtime's cgroup driver (RuntimeConfig has no Linux section)",
+            "cannot tell the runtime's cgroup driver (its RuntimeConfig has no Linux section",
+        ),
+        (
+            "RuntimeConfig fails: run would stop",
+            None,
+            Err(CallError::TimedOut),
+            None,
+            true,
+            Verdict::Fail,
+            "asking the runtime for its cgroup driver (RuntimeConfig): no answer within",
         ),
     ];
-    for (name, reported, config, systemd_booted, verdict, prefix) in cases {
-        let c = cgroup_driver_check(&reported, config, systemd_booted);
+    for (name, flag, reported, config, systemd_booted, verdict, prefix) in cases {
+        let c = cgroup_driver_check(flag, &reported, config, systemd_booted);
         assert_eq!((c.name, c.verdict), (CGROUP_DRIVER, verdict), "{name}: {}", c.detail);
         assert!(c.detail.starts_with(prefix), "{name}: {}", c.detail);
     }

@@ -18,6 +18,7 @@ use super::api::runtime_service_client::RuntimeServiceClient;
 use super::brief::{BriefContainers, BriefSandboxes, RuntimeBrief};
 use super::convert::{container_from_status, sandbox_from_status};
 use super::status_cache::{Listed, StatusCache};
+use crate::cgroup::CgroupDriver;
 use crate::model::{ObservedContainer, ObservedPod, ObservedSandbox, keys};
 
 mod images;
@@ -266,7 +267,7 @@ impl CriClient {
 
     /// `RuntimeConfig`: the cgroup driver the runtime uses; `None` when the answer has no Linux
     /// section. Unimplemented before containerd 2.0.
-    pub async fn cgroup_driver(&self, timeout: Duration) -> Result<Option<api::CgroupDriver>, CriError> {
+    pub async fn cgroup_driver(&self, timeout: Duration) -> Result<Option<CgroupDriver>, CriError> {
         let mut c = self.runtime.clone();
         let r = self
             .call(
@@ -276,7 +277,11 @@ impl CriClient {
                 c.runtime_config(req(api::RuntimeConfigRequest {}, timeout)),
             )
             .await?;
-        Ok(r.linux.and_then(|l| api::CgroupDriver::try_from(l.cgroup_driver).ok()))
+        let driver = r.linux.and_then(|l| api::CgroupDriver::try_from(l.cgroup_driver).ok());
+        Ok(driver.map(|d| match d {
+            api::CgroupDriver::Systemd => CgroupDriver::Systemd,
+            api::CgroupDriver::Cgroupfs => CgroupDriver::Cgroupfs,
+        }))
     }
 
     /// `ListImages`: every image the image service holds (preflight looks for pinned ones).

@@ -28,8 +28,7 @@ pub const REASON_ERROR: &str = "Error";
 const MIN_SHARES: i64 = 2;
 /// The smallest CFS quota the kubelet writes, as millicores (upstream `cm.MinMilliCPULimit`).
 const MIN_MILLI_CPU_LIMIT: i64 = 10;
-/// The CFS period the kubelet uses (100 ms), in µs.
-pub const CPU_PERIOD: i64 = 100_000;
+pub use crate::cgroup::CPU_PERIOD;
 
 /// What was accepted for each container (by name): the resources containers run with.
 /// Saved as `allocation.json` in the pod's dir, so a restarted agent and a crash-restarted
@@ -311,14 +310,7 @@ pub fn actions(allocated: &Pod, observed: &ObservedPod, actual: &BTreeMap<String
 
 /// The pod cgroup's values (`ResourceConfigForPod`): limits only when every container has one
 /// (else the pod is not limited), the shares from the summed requests.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct PodCgroup {
-    /// Bytes; `None` = unlimited.
-    pub memory_limit: Option<i64>,
-    /// µs per `CPU_PERIOD`; `None` = unlimited.
-    pub cpu_quota: Option<i64>,
-    pub cpu_shares: i64,
-}
+pub use crate::cgroup::CgroupValues as PodCgroup;
 
 /// The pod cgroup of the pod as it runs (its allocation applied): apps and sidecars summed,
 /// against the largest regular init container with the sidecars started before it.

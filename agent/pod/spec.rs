@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use k8s_openapi::api::core::v1::{Container, Pod};
 
 use super::hash::{CURRENT_SCHEME, HASH_SCHEME_ANNOTATION, container_hash};
+use crate::cgroup::{CgroupName, Cgroups, Qos};
 use crate::cri::api;
 use crate::expand::expand;
 use crate::model::{DesiredPod, keys};
@@ -46,13 +47,17 @@ pub fn hostname(pod: &Pod) -> String {
     h
 }
 
-/// The pod cgroup parent under cgroupfs, as the kubelet lays it out by QoS class.
-pub fn cgroup_parent(pod: &Pod, uid: &str) -> String {
-    match qos_class(pod) {
-        "Guaranteed" => format!("/kubepods/pod{uid}"),
-        "Burstable" => format!("/kubepods/burstable/pod{uid}"),
-        _ => format!("/kubepods/besteffort/pod{uid}"),
-    }
+/// The pod's cgroup, as the kubelet names it: `pod<uid>` under its QoS class's parent.
+pub fn pod_cgroup_name(pod: &Pod, uid: &str) -> CgroupName {
+    Cgroups::pod_name(Qos::from_class(qos_class(pod)), uid)
+}
+
+/// The sandbox's cgroup parent, as the kubelet gives it to the runtime: the pod cgroup's path
+/// under the node's driver (`/kubepods/burstable/pod<uid>`, or
+/// `/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid_>.slice`, whose last
+/// element containerd takes as the systemd parent of the sandbox's and containers' scopes).
+pub fn cgroup_parent(node: &NodeConfig, pod: &Pod, uid: &str) -> String {
+    node.cgroup_driver.path(&pod_cgroup_name(pod, uid))
 }
 
 fn namespace_options(pod: &Pod) -> api::NamespaceOption {
@@ -174,7 +179,7 @@ pub fn sandbox_config(node: &NodeConfig, d: &DesiredPod, attempt: u32) -> api::P
         labels,
         annotations,
         linux: Some(api::LinuxPodSandboxConfig {
-            cgroup_parent: cgroup_parent(pod, &d.uid),
+            cgroup_parent: cgroup_parent(node, pod, &d.uid),
             security_context: Some(api::LinuxSandboxSecurityContext {
                 namespace_options: Some(namespace_options(pod)),
                 run_as_user: psc.run_as_user.map(|value| api::Int64Value { value }),
@@ -446,6 +451,36 @@ mod tests {
         assert_eq!(d.servers, vec!["1.1.1.1", "8.8.8.8"]);
         assert_eq!(d.searches, vec!["a", "b"]);
         assert_eq!(d.options, vec!["ndots:2"]);
+    }
+
+    /// The sandbox's cgroup parent by QoS class under both drivers (the naming itself is
+    /// table-tested in `cgroup::name`).
+    #[test]
+    fn cgroup_parents() {
+        use crate::cgroup::CgroupDriver::{Cgroupfs, Systemd};
+        let pod = |yaml: &str| -> Pod { serde_yaml_ng::from_str(yaml).expect("pod") };
+        let best = pod("spec: {containers: [{name: a}]}");
+        let burst = pod("spec: {containers: [{name: a, resources: {requests: {cpu: 100m}}}]}");
+        let guar = pod("spec: {containers: [{name: a, resources: {limits: {cpu: '1', memory: 1Gi}}}]}");
+        let node = |driver| NodeConfig {
+            root_dir: "/r".into(),
+            pod_logs_dir: "/l".into(),
+            container_logs_dir: None,
+            node_name: "n".into(),
+            host_ip: None,
+            host_dns: HostDns::default(),
+            cgroup_driver: driver,
+        };
+        for (p, driver, want) in [
+            (&best, Cgroupfs, "/kubepods/besteffort/poda-1"),
+            (&burst, Cgroupfs, "/kubepods/burstable/poda-1"),
+            (&guar, Cgroupfs, "/kubepods/poda-1"),
+            (&best, Systemd, "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-poda_1.slice"),
+            (&burst, Systemd, "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-poda_1.slice"),
+            (&guar, Systemd, "/kubepods.slice/kubepods-poda_1.slice"),
+        ] {
+            assert_eq!(cgroup_parent(&node(driver), p, "a-1"), want);
+        }
     }
 
     #[test]

@@ -31,10 +31,11 @@ fn remove_legacy_links_into(links_dir: Option<&std::path::Path>, log_dir: &std::
     }
 }
 
-/// [`Supervisor::reap_leftover_dirs`]' file work: the dirs of pods not in `busy`, their cgroups
-/// and their log dirs go.
-fn reap_leftovers(node: &crate::node::NodeConfig, busy: &HashSet<String>) {
-    let Ok(dirs) = std::fs::read_dir(node.root_dir.join("pods")) else { return };
+/// [`Supervisor::reap_leftover_dirs`]' file work: the dirs of pods not in `busy` and their log
+/// dirs go. Returns their UIDs (their cgroups go next, through the node's cgroup driver).
+fn reap_leftovers(node: &crate::node::NodeConfig, busy: &HashSet<String>) -> Vec<String> {
+    let mut reaped = Vec::new();
+    let Ok(dirs) = std::fs::read_dir(node.root_dir.join("pods")) else { return reaped };
     for e in dirs.filter_map(Result::ok) {
         let uid = e.file_name().to_string_lossy().to_string();
         if busy.contains(&uid) {
@@ -42,7 +43,7 @@ fn reap_leftovers(node: &crate::node::NodeConfig, busy: &HashSet<String>) {
         }
         info!(uid = %uid, "removing what is left of a pod removed earlier");
         let _ = std::fs::remove_dir_all(e.path());
-        super::cgroups::remove_pod_cgroups(&uid);
+        reaped.push(uid.clone());
         let suffix = format!("_{uid}");
         let Ok(logs) = std::fs::read_dir(&node.pod_logs_dir) else { continue };
         for l in logs.filter_map(Result::ok) {
@@ -52,6 +53,7 @@ fn reap_leftovers(node: &crate::node::NodeConfig, busy: &HashSet<String>) {
             }
         }
     }
+    reaped
 }
 
 struct Running {
@@ -417,8 +419,13 @@ impl Supervisor {
         let node = self.ctx.node.clone();
         // Directory walks and tree removals block: on the blocking pool. The supervisor waits
         // for them, so no worker starts meanwhile for a UID found idle here.
-        if let Err(e) = tokio::task::spawn_blocking(move || reap_leftovers(&node, &busy)).await {
-            warn!(error = %e, "removing what is left of earlier pods failed");
+        match tokio::task::spawn_blocking(move || reap_leftovers(&node, &busy)).await {
+            Ok(reaped) => {
+                for uid in reaped {
+                    self.ctx.cgroups.remove_pod(&uid).await;
+                }
+            }
+            Err(e) => warn!(error = %e, "removing what is left of earlier pods failed"),
         }
     }
 

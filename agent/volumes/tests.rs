@@ -128,6 +128,7 @@ pub(crate) fn node(root: &Path) -> NodeConfig {
         node_name: "n1".into(),
         host_ip: Some("10.0.0.1".into()),
         host_dns: HostDns::default(),
+        cgroup_driver: Default::default(),
     }
 }
 

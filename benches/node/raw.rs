@@ -31,6 +31,7 @@ pub fn node(dir: &Path) -> NodeConfig {
         node_name: "bench-node".into(),
         host_ip: None,
         host_dns: HostDns::default(),
+        cgroup_driver: Default::default(),
     }
 }
 
@@ -125,8 +126,9 @@ pub async fn start_pod_each(
     // pod's processes get when the machine is busy (a BestEffort pod's cpu.shares is 2), and
     // a probe's exec runs in that cgroup.
     let pod = &d.pod;
-    let parent = crilet::pod::spec::cgroup_parent(pod, &d.uid);
-    crilet::pod::pod_cgroup::write_config(&parent, &crilet::pod::resize::pod_cgroup(pod))
+    let parent = crilet::pod::spec::cgroup_parent(node, pod, &d.uid);
+    crilet::cgroup::files::Hierarchy::host()
+        .write_values(&parent, &crilet::pod::resize::pod_cgroup(pod))
         .expect("pod cgroup");
     let ips: Vec<String> = Vec::new();
     let sidecars = spec.init_containers.iter().flatten().map(|c| (c, Kind::Sidecar));

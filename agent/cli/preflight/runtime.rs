@@ -12,6 +12,7 @@ use super::{
     CGROUP_DRIVER, CGROUPS, CRI_ENDPOINT, CRI_EVENTS, CRI_TIMEOUT, Check, Config, EVENTS_WAIT, NETWORK_READY,
     PAUSE_IMAGE, RUNTIME_READY, STOP_SIGNALS, blocking,
 };
+use crate::cgroup::CgroupDriver;
 use crate::cri::{CriClient, CriError, RuntimeInfo, api};
 
 /// The runtime's checks, in report order (the host's cgroup version among them, next to the
@@ -40,8 +41,13 @@ pub(super) async fn checks(cfg: &Config) -> Vec<Check> {
             checks.push(events_check(&probe_events(&client).await));
             checks.push(cgroups);
             let hints = status.as_ref().map(|s| runtime_hints(&s.info)).unwrap_or_default();
-            let reported = bounded(client.cgroup_driver(CRI_TIMEOUT)).await.map(|d| d.map(Driver::from));
-            checks.push(cgroup_driver_check(&reported, hints.systemd_cgroup, systemd_booted));
+            let reported = bounded(client.cgroup_driver(CRI_TIMEOUT)).await;
+            checks.push(cgroup_driver_check(
+                cfg.cgroup_driver,
+                &reported,
+                hints.systemd_cgroup,
+                systemd_booted,
+            ));
             let pause = match hints.sandbox_image {
                 Some(image) => {
                     let present = bounded(client.image_id(&image)).await.map(|i| i.map(|i| i.id));
@@ -236,22 +242,6 @@ pub(crate) fn events_check(probe: &EventsProbe) -> Check {
     }
 }
 
-/// A cgroup driver, as the runtime or its configuration names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Driver {
-    Cgroupfs,
-    Systemd,
-}
-
-impl From<api::CgroupDriver> for Driver {
-    fn from(d: api::CgroupDriver) -> Self {
-        match d {
-            api::CgroupDriver::Systemd => Driver::Systemd,
-            api::CgroupDriver::Cgroupfs => Driver::Cgroupfs,
-        }
-    }
-}
-
 /// What the runtime's verbose `Status` info says about its configuration (containerd's only).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct RuntimeHints {
@@ -323,50 +313,96 @@ pub(crate) fn cgroup_version_check(host: &CgroupHost) -> Check {
     }
 }
 
-/// `cgroup-driver`. The agent always gives sandboxes cgroupfs parents (`/kubepods/...`, see
-/// `pod::spec::cgroup_parent`); runc's systemd driver rejects such paths, so a runtime on the
-/// systemd driver cannot start any pod: a FAIL. When the runtime does not say, it can only use
-/// systemd's driver if systemd is the init system: a WARN then, a PASS otherwise.
+/// `cgroup-driver`: the agent's driver against the runtime's. The agent's is worked out as
+/// `crilet run` does it (`cgroup::driver::resolve`, the kubelet's rule): the runtime's own when
+/// it reports one through CRI `RuntimeConfig` (then the two match by construction), else
+/// `--cgroup-driver` (default cgroupfs), which the kubelet trusts without a check. Where the
+/// runtime does not report it (containerd 1.6 to 2.1), its config's runc `SystemdCgroup`
+/// (containerd's verbose `Status`) is compared with it: a mismatch is a FAIL naming both, as
+/// no pod could start. The systemd driver on a host whose PID 1 is not systemd is a FAIL too.
 pub(crate) fn cgroup_driver_check(
-    reported: &Result<Option<Driver>, CallError>,
+    flag: Option<CgroupDriver>,
+    reported: &Result<Option<CgroupDriver>, CallError>,
     from_config: Option<bool>,
     systemd_booted: bool,
 ) -> Check {
-    let (driver, source) = match (reported, from_config) {
-        (Ok(Some(d)), _) => (Some(*d), "CRI RuntimeConfig"),
-        (_, Some(true)) => (Some(Driver::Systemd), "the runtime's config: SystemdCgroup = true"),
-        (_, Some(false)) => (Some(Driver::Cgroupfs), "the runtime's config: SystemdCgroup = false"),
-        (_, None) => (None, ""),
+    use crate::cgroup::driver::{RuntimeAnswer, resolve};
+    let answer = match reported {
+        Ok(Some(d)) => RuntimeAnswer::Reported(*d),
+        Ok(None) => RuntimeAnswer::NoLinuxSection,
+        Err(CallError::Unimplemented) => RuntimeAnswer::Unimplemented,
+        Err(e) => RuntimeAnswer::Failed(e.to_string()),
     };
-    let why_unknown = match reported {
-        Ok(_) => "RuntimeConfig has no Linux section".to_string(),
-        Err(e) => format!("RuntimeConfig: {e}"),
+    let agent = match resolve(flag, &answer) {
+        Ok(r) => r,
+        Err(e) => {
+            return Check::fail(
+                CGROUP_DRIVER,
+                format!("{e}; crilet run stops at start when it cannot ask (as the kubelet does)"),
+            );
+        }
     };
-    match driver {
-        Some(Driver::Cgroupfs) => Check::pass(
-            CGROUP_DRIVER,
-            format!("cgroupfs (from {source}), as the agent's /kubepods/... pod cgroups need"),
-        ),
-        Some(Driver::Systemd) => Check::fail(
+    let ours = agent.driver;
+    let no_systemd = |what: String| {
+        Check::fail(
             CGROUP_DRIVER,
             format!(
-                "the runtime uses the systemd cgroup driver (from {source}), but the agent gives pods cgroupfs \
-                 parents (/kubepods/...), which that driver rejects; set SystemdCgroup = false in the runtime's \
-                 runc options"
+                "{what}, but PID 1 is not systemd: the systemd driver cannot work on this host; use cgroupfs"
+            ),
+        )
+    };
+    if let RuntimeAnswer::Reported(_) = answer {
+        if ours == CgroupDriver::Systemd && !systemd_booted {
+            return no_systemd("the runtime reports the systemd cgroup driver (CRI RuntimeConfig)".into());
+        }
+        let note = match agent.overridden {
+            Some(asked) => format!("; --cgroup-driver {asked} is not used"),
+            None => String::new(),
+        };
+        return Check::pass(
+            CGROUP_DRIVER,
+            format!("{ours} (from CRI RuntimeConfig), which the agent follows as the kubelet does{note}"),
+        );
+    }
+    let why = match answer {
+        RuntimeAnswer::NoLinuxSection => "its RuntimeConfig has no Linux section",
+        _ => "the runtime does not implement CRI RuntimeConfig",
+    };
+    let trust = format!("{why}, so the agent trusts {}, as the kubelet does", agent.source);
+    if ours == CgroupDriver::Systemd && !systemd_booted {
+        return no_systemd(format!("the agent would use the systemd cgroup driver ({})", agent.source));
+    }
+    let runtime =
+        from_config.map(|systemd| if systemd { CgroupDriver::Systemd } else { CgroupDriver::Cgroupfs });
+    match runtime {
+        Some(theirs) if theirs == ours => Check::pass(
+            CGROUP_DRIVER,
+            format!(
+                "{ours}, as the runtime's config (SystemdCgroup = {}); {trust}",
+                theirs == CgroupDriver::Systemd
+            ),
+        ),
+        Some(theirs) => Check::fail(
+            CGROUP_DRIVER,
+            format!(
+                "the agent uses the {ours} cgroup driver ({}), the runtime the {theirs} one (its config: SystemdCgroup = {}); \
+                 {why}: set --cgroup-driver {theirs}, or SystemdCgroup = {} in the runtime's runc options",
+                agent.source,
+                theirs == CgroupDriver::Systemd,
+                ours == CgroupDriver::Systemd,
             ),
         ),
         None if systemd_booted => Check::warn(
             CGROUP_DRIVER,
             format!(
-                "cannot tell the runtime's cgroup driver ({why_unknown}); the agent uses cgroupfs: make sure the \
-                 runtime does too (SystemdCgroup = false)"
+                "cannot tell the runtime's cgroup driver ({why}, and its config does not say); the agent uses {ours} \
+                 ({}): make sure the runtime does too",
+                agent.source
             ),
         ),
         None => Check::pass(
             CGROUP_DRIVER,
-            format!(
-                "cgroupfs (PID 1 is not systemd, so the runtime cannot use the systemd driver; {why_unknown})"
-            ),
+            format!("{ours} (PID 1 is not systemd, so the runtime cannot use the systemd driver; {trust})"),
         ),
     }
 }

@@ -135,7 +135,7 @@ impl Worker {
                 self.remove_legacy_link(&c.name, &c.id);
             }
             remove_tree(pod_log_dir(&ctx.node, &self.desired)).await;
-            crate::pod::cgroups::remove_pod_cgroups_settled(&self.desired.uid).await;
+            crate::pod::cgroups::remove_pod_cgroups_settled(&ctx.cgroups, &self.desired.uid).await;
             // The pod dir goes last: an agent killed before this point finds it at its next
             // start and finishes the removal (Supervisor::reap_leftover_dirs).
             remove_tree(pod_dir(&ctx.node, &self.desired.uid)).await;

@@ -441,6 +441,19 @@ impl Worker {
                         .init_to_start
                         .iter()
                         .any(|n| containers.iter().any(|(c, k)| *k == Kind::Sidecar && &c.name == n));
+                // The pod's cgroup exists with its values before its sandbox (the kubelet's
+                // `EnsureExists`; under systemd its slice, which the sandbox's scope goes in).
+                let name = crate::pod::spec::pod_cgroup_name(&pod, &self.desired.uid);
+                if let Err(e) = ctx.cgroups.ensure_pod(&name, &crate::pod::resize::pod_cgroup(&pod)).await {
+                    ctx.rec.warning(
+                        &self.desired.key,
+                        None,
+                        "FailedToCreatePodContainer",
+                        format!("unable to ensure pod container exists: {e}"),
+                    );
+                    warn!(error = %e, "making the pod cgroup failed; retrying");
+                    return Ok(Some(now_ns() + 10_000_000_000));
+                }
                 let sandbox = create_sandbox(&ctx, &self.desired, attempt)
                     .instrument(tracing::trace_span!("create_sandbox"));
                 // The images of this sync's starts are looked up while the sandbox is made.
@@ -454,13 +467,16 @@ impl Worker {
                     Ok((id, status)) => {
                         self.mount_failures = 0;
                         // The pod cgroup's values, before any container starts (the kubelet's pod
-                        // container manager); the runtime made the cgroup with the sandbox.
-                        let _span = tracing::trace_span!("pod_cgroup").entered();
-                        let parent = crate::pod::spec::cgroup_parent(&pod, &self.desired.uid);
-                        if let Err(e) = crate::pod::pod_cgroup::write_config(
-                            &parent,
-                            &crate::pod::resize::pod_cgroup(&pod),
-                        ) {
+                        // container manager); under cgroupfs the runtime made the cgroup with the
+                        // sandbox.
+                        let name = crate::pod::spec::pod_cgroup_name(&pod, &self.desired.uid);
+                        let values = crate::pod::resize::pod_cgroup(&pod);
+                        let written = ctx
+                            .cgroups
+                            .write_values(&name, &values)
+                            .instrument(tracing::trace_span!("pod_cgroup"))
+                            .await;
+                        if let Err(e) = written {
                             warn!(error = %e, "setting the pod cgroup's limits failed");
                         }
                         let ips = status.as_ref().map(|s| s.ips.clone()).unwrap_or_default();

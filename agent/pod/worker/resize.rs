@@ -7,12 +7,13 @@ use k8s_openapi::api::core::v1::ContainerStatus;
 
 use super::persist::allocation_path;
 use super::*;
+use crate::cgroup::CgroupName;
 use crate::pod::pod_cgroup;
 use crate::pod::resize::{
     self, Actions, Allocation, Amounts, ContainerUpdate, Decision, IN_PROGRESS, PENDING, REASON_DEFERRED,
     REASON_ERROR, REASON_INFEASIBLE, Room,
 };
-use crate::pod::spec::cgroup_parent;
+use crate::pod::spec::pod_cgroup_name;
 
 /// How soon a deferred resize or a failed actuation is tried again.
 const RESIZE_RETRY_NS: i64 = 5_000_000_000;
@@ -147,7 +148,7 @@ impl Worker {
         running: &Pod,
         observed: &ObservedPod,
     ) -> BTreeMap<String, Amounts> {
-        let parent = cgroup_parent(running, &self.desired.uid);
+        let name = pod_cgroup_name(running, &self.desired.uid);
         observed
             .containers
             .iter()
@@ -155,7 +156,7 @@ impl Worker {
             .filter_map(|c| {
                 let a = match &c.resources {
                     Some(l) => Amounts::from_runtime(l),
-                    None => pod_cgroup::read_container(&parent, &c.id)?,
+                    None => pod_cgroup::read_container(&self.ctx.cgroups, &name, &c.id)?,
                 };
                 Some((c.id.clone(), a))
             })
@@ -194,21 +195,22 @@ impl Worker {
     }
 
     async fn do_resize(&mut self, running: &Pod, actions: &Actions) -> Result<(), String> {
-        let parent = cgroup_parent(running, &self.desired.uid);
+        let cgroups = self.ctx.cgroups.clone();
+        let name = pod_cgroup_name(running, &self.desired.uid);
         let want = resize::pod_cgroup(running);
-        let current = pod_cgroup::read_config(&parent)?;
+        let current = cgroups.read_values(cgroups.pod_path(&name)).await?;
         let pod_changes = !actions.restart.is_empty();
         if !actions.memory.is_empty() || pod_changes {
             // Limits cannot be removed (upstream TODO #128675): no limit keeps the current one.
             let new_limit = want.memory_limit.or(current.memory_limit);
-            self.check_memory_decrease(&parent, &current, new_limit, &actions.memory)?;
+            self.check_memory_decrease(&name, &current, new_limit, &actions.memory).await?;
             let (old, new) = (current.memory_limit.unwrap_or(i64::MAX), new_limit.unwrap_or(i64::MAX));
             if new > old {
-                pod_cgroup::write_memory_limit(&parent, new_limit)?;
+                cgroups.set_memory_limit(&name, new_limit).await?;
             }
             self.update_containers(&actions.memory, "memory").await?;
             if new < old {
-                pod_cgroup::write_memory_limit(&parent, new_limit)?;
+                cgroups.set_memory_limit(&name, new_limit).await?;
             }
         }
         if !actions.cpu.is_empty() || pod_changes {
@@ -216,33 +218,33 @@ impl Worker {
             let (old_q, new_q) = (current.cpu_quota.unwrap_or(i64::MAX), new_quota.unwrap_or(i64::MAX));
             // Limits grow before requests, and requests shrink before limits.
             if new_q > old_q {
-                pod_cgroup::write_cpu_quota(&parent, new_quota)?;
+                cgroups.set_cpu_quota(&name, new_quota).await?;
             }
             if want.cpu_shares > current.cpu_shares {
-                pod_cgroup::write_cpu_shares(&parent, want.cpu_shares)?;
+                cgroups.set_cpu_shares(&name, want.cpu_shares).await?;
             }
             self.update_containers(&actions.cpu, "cpu").await?;
             if want.cpu_shares < current.cpu_shares {
-                pod_cgroup::write_cpu_shares(&parent, want.cpu_shares)?;
+                cgroups.set_cpu_shares(&name, want.cpu_shares).await?;
             }
             if new_q < old_q {
-                pod_cgroup::write_cpu_quota(&parent, new_quota)?;
+                cgroups.set_cpu_quota(&name, new_quota).await?;
             }
         }
         Ok(())
     }
 
     /// A memory limit is never lowered below what the pod or the container uses now.
-    fn check_memory_decrease(
+    async fn check_memory_decrease(
         &self,
-        parent: &str,
+        pod: &CgroupName,
         current: &crate::pod::resize::PodCgroup,
         new_limit: Option<i64>,
         updates: &[ContainerUpdate],
     ) -> Result<(), String> {
         let mut problems = Vec::new();
         if let Some(limit) = new_limit.filter(|l| current.memory_limit.is_none_or(|c| l < &c)) {
-            let usage = pod_cgroup::memory_usage(parent)?;
+            let usage = self.ctx.cgroups.memory_usage(self.ctx.cgroups.pod_path(pod)).await?;
             if usage >= limit {
                 problems.push(format!(
                     "attempting to set pod memory limit ({limit}) below current usage ({usage})"
@@ -254,7 +256,11 @@ impl Worker {
                 && (u.current.memory_limit == 0 || u.desired.memory_limit < u.current.memory_limit)
         };
         for u in updates.iter().filter(lowered) {
-            let usage = pod_cgroup::memory_usage(&pod_cgroup::container_cgroup(parent, &u.id))
+            let usage = self
+                .ctx
+                .cgroups
+                .memory_usage(self.ctx.cgroups.container_path(pod, &u.id))
+                .await
                 .map_err(|_| format!("missing container {:?} memory usage", u.name))?;
             if usage >= u.desired.memory_limit {
                 problems.push(format!(
@@ -337,7 +343,7 @@ impl Worker {
             None => return,
         };
         let Some(spec) = running.spec.as_ref() else { return };
-        let parent = cgroup_parent(&running, &self.desired.uid);
+        let name = pod_cgroup_name(&running, &self.desired.uid);
         for st in statuses.iter_mut() {
             let Some(c) = spec
                 .containers
@@ -355,7 +361,7 @@ impl Worker {
             let actual = live
                 .then(|| match &instance.resources {
                     Some(l) => Some(Amounts::from_runtime(l)),
-                    None => pod_cgroup::read_container(&parent, &instance.id),
+                    None => pod_cgroup::read_container(&self.ctx.cgroups, &name, &instance.id),
                 })
                 .flatten();
             st.resources = Some(if live { resize::status_resources(&allocated, actual) } else { allocated });

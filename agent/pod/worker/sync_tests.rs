@@ -63,6 +63,7 @@ fn node(fake: FakeRuntime, pod: DesiredPod) -> Node {
         node_name: "node1".into(),
         host_ip: None,
         host_dns: HostDns::default(),
+        cgroup_driver: crate::cgroup::CgroupDriver::Cgroupfs,
     };
     let fake = Arc::new(fake);
     let runtime: Arc<dyn Runtime> = fake.clone();
@@ -121,8 +122,9 @@ impl Drop for Node {
             return;
         }
         // Nothing of the pod reached the machine's cgroups (their parent does not exist).
-        let parent = crate::pod::spec::cgroup_parent(&self.worker.desired.pod, UID);
-        assert!(crate::pod::pod_cgroup::read_config(&parent).is_err(), "the test pod has a real cgroup");
+        let ctx = &self.worker.ctx;
+        let parent = crate::pod::spec::cgroup_parent(&ctx.node, &self.worker.desired.pod, UID);
+        assert!(ctx.cgroups.read_values_now(&parent).is_err(), "the test pod has a real cgroup");
     }
 }
 

@@ -1,0 +1,223 @@
+//! A cgroup's files on cgroup v1 (one tree per controller: `memory`, `cpu`, ...) and v2 (the
+//! unified tree), for either driver's paths: what the kubelet's cgroup manager reads and writes
+//! (`GetCgroupConfig`, `SetCgroupConfig`, `MemoryUsage`). Blocking: call from the blocking pool.
+
+use std::path::{Path, PathBuf};
+
+use super::{CPU_PERIOD, CgroupValues};
+
+/// Where the host mounts its cgroups.
+pub const ROOT: &str = "/sys/fs/cgroup";
+/// v1 reports "no limit" as a page-rounded i64::MAX; anything this large is unlimited.
+const UNLIMITED: i64 = 1 << 62;
+/// cgroup v1's `cpu.shares` range (`MinShares`, the kernel's `MAX_SHARES`).
+const MIN_SHARES: i64 = 2;
+const MAX_SHARES: i64 = 262_144;
+
+/// The host's cgroup mount: its root and whether it is v2 (unified).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hierarchy {
+    root: PathBuf,
+    v2: bool,
+}
+
+impl Hierarchy {
+    /// `/sys/fs/cgroup`, v2 when it holds `cgroup.controllers`.
+    pub fn host() -> Self {
+        let root = PathBuf::from(ROOT);
+        let v2 = root.join("cgroup.controllers").exists();
+        Hierarchy { root, v2 }
+    }
+
+    /// A hierarchy at `root` (tests lay one out in a temporary directory).
+    pub fn at(root: impl Into<PathBuf>, v2: bool) -> Self {
+        Hierarchy { root: root.into(), v2 }
+    }
+
+    pub fn is_v2(&self) -> bool {
+        self.v2
+    }
+
+    /// The directory of cgroup `path` (a driver's path below the root, e.g.
+    /// `/kubepods.slice/kubepods-pod1.slice`) for `controller`: v2 has one tree, v1 one per
+    /// controller (`/sys/fs/cgroup/memory/kubepods.slice/...`).
+    pub fn dir(&self, controller: &str, path: &str) -> PathBuf {
+        let rel = path.trim_start_matches('/');
+        if self.v2 { self.root.join(rel) } else { self.root.join(controller).join(rel) }
+    }
+
+    /// Every tree a cgroup may have a directory in: each mounted v1 controller (and v2's
+    /// `unified` in hybrid mode, and `systemd`'s named tree), and the root itself (v2).
+    pub fn trees(&self) -> Vec<PathBuf> {
+        let mut out: Vec<PathBuf> = std::fs::read_dir(&self.root)
+            .map(|d| d.filter_map(Result::ok).map(|e| e.path()).filter(|p| p.is_dir()).collect())
+            .unwrap_or_default();
+        out.push(self.root.clone());
+        out
+    }
+
+    /// The cgroup's current values (`GetCgroupConfig`).
+    pub fn read_values(&self, path: &str) -> Result<CgroupValues, String> {
+        if self.v2 {
+            let d = self.dir("", path);
+            let memory = read(&d.join("memory.max"))?;
+            let cpu = read(&d.join("cpu.max"))?;
+            let weight = number(&d.join("cpu.weight"))?;
+            let quota = cpu.split_whitespace().next().and_then(|q| q.parse::<i64>().ok());
+            return Ok(CgroupValues {
+                memory_limit: memory.parse().ok(),
+                cpu_quota: quota,
+                cpu_shares: shares_of_weight(weight),
+            });
+        }
+        let memory = number(&self.dir("memory", path).join("memory.limit_in_bytes"))?;
+        let cpu = self.dir("cpu", path);
+        let quota = number(&cpu.join("cpu.cfs_quota_us"))?;
+        Ok(CgroupValues {
+            memory_limit: (memory < UNLIMITED).then_some(memory),
+            cpu_quota: (quota > 0).then_some(quota),
+            cpu_shares: number(&cpu.join("cpu.shares"))?,
+        })
+    }
+
+    pub fn write_memory_limit(&self, path: &str, limit: Option<i64>) -> Result<(), String> {
+        if self.v2 {
+            let v = limit.map_or_else(|| "max".to_string(), |l| l.to_string());
+            return write(&self.dir("", path).join("memory.max"), &v);
+        }
+        write(&self.dir("memory", path).join("memory.limit_in_bytes"), &limit.unwrap_or(-1).to_string())
+    }
+
+    pub fn write_cpu_quota(&self, path: &str, quota: Option<i64>) -> Result<(), String> {
+        if self.v2 {
+            let q = quota.map_or_else(|| "max".to_string(), |q| q.to_string());
+            return write(&self.dir("", path).join("cpu.max"), &format!("{q} {CPU_PERIOD}"));
+        }
+        let d = self.dir("cpu", path);
+        write(&d.join("cpu.cfs_period_us"), &CPU_PERIOD.to_string())?;
+        write(&d.join("cpu.cfs_quota_us"), &quota.unwrap_or(-1).to_string())
+    }
+
+    pub fn write_cpu_shares(&self, path: &str, shares: i64) -> Result<(), String> {
+        if self.v2 {
+            return write(&self.dir("", path).join("cpu.weight"), &cpu_weight(shares).to_string());
+        }
+        write(&self.dir("cpu", path).join("cpu.shares"), &shares.to_string())
+    }
+
+    /// Writes every value (a new pod's cgroup, before its containers start).
+    pub fn write_values(&self, path: &str, want: &CgroupValues) -> Result<(), String> {
+        self.write_memory_limit(path, want.memory_limit)?;
+        self.write_cpu_shares(path, want.cpu_shares)?;
+        self.write_cpu_quota(path, want.cpu_quota)
+    }
+
+    /// The memory the cgroup uses now, in bytes (v1 `usage_in_bytes`, v2 `memory.current`).
+    pub fn memory_usage(&self, path: &str) -> Result<i64, String> {
+        if self.v2 {
+            return number(&self.dir("", path).join("memory.current"));
+        }
+        number(&self.dir("memory", path).join("memory.usage_in_bytes"))
+    }
+}
+
+/// cgroup v2's `cpu.weight` for v1 shares, as the kubelet writes its own cgroups' weight
+/// (`getCPUWeight` in `cgroup_manager_linux.go`, the KEP-2254 mapping of [2, 262144] onto
+/// [1, 10000]). runc ≥ 1.3.2 maps a *container's* shares with another, quadratic formula
+/// (opencontainers/cgroups `ConvertCPUSharesToCgroupV2Value`); the kubelet's pod and QoS
+/// cgroups keep this one, and so do crilet's.
+pub fn cpu_weight(shares: i64) -> i64 {
+    if shares >= MAX_SHARES {
+        return 10_000;
+    }
+    1 + ((shares.max(MIN_SHARES) - MIN_SHARES) * 9999) / 262_142
+}
+
+/// The inverse the kubelet reads a v2 cgroup back with (`cpuWeightToCPUShares`).
+pub fn shares_of_weight(weight: i64) -> i64 {
+    ((weight.max(1) - 1) * 262_142) / 9999 + MIN_SHARES
+}
+
+fn read(path: &Path) -> Result<String, String> {
+    std::fs::read_to_string(path)
+        .map(|s| s.trim().to_string())
+        .map_err(|e| format!("reading {}: {e}", path.display()))
+}
+
+fn write(path: &Path, value: &str) -> Result<(), String> {
+    std::fs::write(path, value).map_err(|e| format!("writing {value} to {}: {e}", path.display()))
+}
+
+fn number(path: &Path) -> Result<i64, String> {
+    let text = read(path)?;
+    text.parse::<i64>().map_err(|e| format!("{}: {text:?}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The kubelet's `getCPUWeight` at the points its tests and KEP-2254 name, and its inverse.
+    #[test]
+    fn shares_to_weight_as_the_kubelet() {
+        for (shares, weight) in [
+            (2, 1),
+            (3, 1),
+            (102, 4),
+            (1024, 39),
+            (2048, 79),
+            (10_240, 391),
+            (262_143, 9999),
+            (262_144, 10_000),
+            (1_000_000, 10_000),
+            (0, 1),
+        ] {
+            assert_eq!(cpu_weight(shares), weight, "{shares} shares");
+        }
+        for (weight, shares) in [(1, 2), (39, 998), (79, 2046), (100, 2597), (10_000, 262_144)] {
+            assert_eq!(shares_of_weight(weight), shares, "weight {weight}");
+        }
+    }
+
+    /// Each value's file on v1 and v2, for a cgroupfs and a systemd path.
+    #[test]
+    fn files_on_v1_and_v2() {
+        let path = "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-poda.slice";
+        for v2 in [false, true] {
+            let root = tempfile::tempdir().expect("tempdir");
+            let h = Hierarchy::at(root.path(), v2);
+            for c in ["memory", "cpu", ""] {
+                std::fs::create_dir_all(h.dir(c, path)).expect("mkdir");
+            }
+            let want =
+                CgroupValues { memory_limit: Some(64 << 20), cpu_quota: Some(25_000), cpu_shares: 1024 };
+            h.write_values(path, &want).expect("write");
+            let file = |c: &str, f: &str| std::fs::read_to_string(h.dir(c, path).join(f)).expect("read");
+            if v2 {
+                assert!(root.path().join(path.trim_start_matches('/')).join("cpu.weight").is_file());
+                assert_eq!(file("", "memory.max"), "67108864");
+                assert_eq!(file("", "cpu.max"), "25000 100000");
+                assert_eq!(file("", "cpu.weight"), "39");
+                // What the kernel would show: read back through the kubelet's inverse.
+                let got = h.read_values(path).expect("read back");
+                assert_eq!(got, CgroupValues { cpu_shares: 998, ..want });
+            } else {
+                assert!(root.path().join("memory").join(path.trim_start_matches('/')).is_dir());
+                assert_eq!(file("memory", "memory.limit_in_bytes"), "67108864");
+                assert_eq!(file("cpu", "cpu.cfs_quota_us"), "25000");
+                assert_eq!(file("cpu", "cpu.cfs_period_us"), "100000");
+                assert_eq!(file("cpu", "cpu.shares"), "1024");
+                assert_eq!(h.read_values(path).expect("read back"), want);
+            }
+            h.write_memory_limit(path, None).expect("unlimit");
+            h.write_cpu_quota(path, None).expect("unquota");
+            if v2 {
+                assert_eq!(file("", "memory.max"), "max");
+                assert_eq!(file("", "cpu.max"), "max 100000");
+            } else {
+                assert_eq!(file("memory", "memory.limit_in_bytes"), "-1");
+                assert_eq!(file("cpu", "cpu.cfs_quota_us"), "-1");
+            }
+        }
+    }
+}
