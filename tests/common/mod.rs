@@ -6,6 +6,7 @@
 pub mod cluster;
 pub mod corpus;
 pub mod cri_proxy;
+pub mod guest;
 pub mod traffic;
 
 use std::os::unix::fs::PermissionsExt;

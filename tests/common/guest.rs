@@ -1,0 +1,209 @@
+//! The QEMU guest of `hack/guest.sh` (systemd as PID 1, cgroup v2, containerd 2.1), driven over
+//! ssh: the binary under test installed as `crilet.service` with `hack/install.sh`, static pods
+//! written into its manifest directory, and waits on what the guest shows, with deadlines.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use std::io::Write;
+
+use serde_json::Value;
+use testkit::env::EnvFile;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_crilet");
+pub const GUEST_ENV: &str = "/var/lib/crilet-dev/guest-run/env";
+/// TCG runs the guest several times slower than the host: waits are generous.
+pub const SLOW: Duration = Duration::from_secs(180);
+
+pub struct Guest {
+    pub env: EnvFile,
+}
+
+impl Guest {
+    /// The running guest, with the binary under test installed as `crilet.service`, no manifest
+    /// and no pod left from an earlier test, and the service running.
+    pub fn fresh() -> Guest {
+        let g = Guest { env: EnvFile::load(GUEST_ENV, "boot the guest first: hack/guest.sh up") };
+        g.install();
+        g.ok("systemctl is-active --quiet crilet || systemctl start crilet");
+        g.ok("rm -f /etc/crilet/manifests/*");
+        g.wait(
+            "no pod left from an earlier test",
+            SLOW,
+            "[ \"$(crilet get pods -o json | grep -c '\"uid\"')\" = 0 ]",
+        );
+        // What a test may have changed: containerd's cgroup driver, the unit's drop-ins.
+        g.ok(&format!(
+            "if grep -q 'SystemdCgroup = true' /etc/containerd/config.toml; then {}; fi",
+            driver_switch(false)
+        ));
+        g.ok("if ls /run/systemd/system/crilet.service.d/*.conf >/dev/null 2>&1; then rm -f /run/systemd/system/crilet.service.d/*.conf; systemctl daemon-reload; systemctl restart crilet; fi");
+        g
+    }
+
+    pub fn share(&self) -> PathBuf {
+        PathBuf::from(self.env.get("CRILET_GUEST_SHARE"))
+    }
+
+    /// Copies the binary and the repo's install script and unit into the share, then runs
+    /// `hack/install.sh` in the guest (it keeps an existing config).
+    pub fn install(&self) {
+        let share = self.share();
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let dest = share.join("crilet");
+        let same = |a: &Path, b: &Path| {
+            let (Ok(a), Ok(b)) = (std::fs::metadata(a), std::fs::metadata(b)) else { return false };
+            a.len() == b.len() && a.modified().ok() <= b.modified().ok()
+        };
+        if !same(Path::new(BIN), &dest) {
+            std::fs::copy(BIN, &dest).expect("copy crilet into the guest's share");
+        }
+        std::fs::create_dir_all(share.join("repo/systemd")).expect("share/repo/systemd");
+        let status = Command::new("cp")
+            .args(["-r", "--no-target-directory"])
+            .arg(repo.join("hack"))
+            .arg(share.join("repo/hack"))
+            .status();
+        assert!(status.is_ok_and(|s| s.success()), "copy hack/ into the share");
+        for f in ["crilet.service", "config.yaml"] {
+            std::fs::copy(repo.join("systemd").join(f), share.join("repo/systemd").join(f))
+                .expect("copy the unit");
+        }
+        let installed = self.sh("cmp -s /mnt/host/crilet /usr/local/bin/crilet && cmp -s /mnt/host/repo/systemd/crilet.service /etc/systemd/system/crilet.service");
+        if !installed.status.success() {
+            self.ok("systemctl stop crilet 2>/dev/null; CRILET_BIN=/mnt/host/crilet bash /mnt/host/repo/hack/install.sh");
+        }
+    }
+
+    /// Runs `script` with bash in the guest.
+    pub fn sh(&self, script: &str) -> Output {
+        let mut child = Command::new("ssh")
+            .args(["-i", &self.env.get("CRILET_GUEST_KEY"), "-p", &self.env.get("CRILET_GUEST_SSH_PORT")])
+            .args([
+                "-o",
+                "StrictHostKeyChecking=no",
+                "-o",
+                "UserKnownHostsFile=/dev/null",
+                "-o",
+                "LogLevel=ERROR",
+            ])
+            .args(["-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "ServerAliveInterval=5"])
+            // One connection for all (a new one costs a key exchange, slow on TCG).
+            .args(["-o", "ControlMaster=auto", "-o", "ControlPersist=60"])
+            .arg("-o")
+            .arg(format!("ControlPath={}", self.env.get("CRILET_GUEST_SSH_CONTROL")))
+            .args(["root@127.0.0.1", "bash", "-s"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run ssh");
+        child.stdin.take().expect("stdin").write_all(script.as_bytes()).expect("send the script");
+        child.wait_with_output().expect("wait for ssh")
+    }
+
+    /// [`Self::sh`], panicking with its output unless it succeeds; its stdout, trimmed.
+    pub fn ok(&self, script: &str) -> String {
+        let out = self.sh(script);
+        let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        assert!(
+            out.status.success(),
+            "in the guest: {script}\nexit {:?}\nstdout: {text}\nstderr: {}",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        text
+    }
+
+    /// Runs `script` until it succeeds; its stdout. Panics at the deadline with the last output.
+    pub fn wait(&self, what: &str, limit: Duration, script: &str) -> String {
+        let start = Instant::now();
+        loop {
+            let out = self.sh(script);
+            if out.status.success() {
+                return String::from_utf8_lossy(&out.stdout).trim().to_string();
+            }
+            if start.elapsed() > limit {
+                panic!(
+                    "timed out after {limit:?} waiting for {what}\nlast stdout: {}\nlast stderr: {}\nagent: {}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr),
+                    self.ok("journalctl -u crilet --no-pager -n 30 || true")
+                );
+            }
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    }
+
+    /// Writes a static pod's manifest (busybox image placeholders filled in).
+    pub fn manifest(&self, name: &str, yaml: &str) {
+        let text = self.env.render(yaml);
+        let staged = self.share().join(format!("{name}.yaml"));
+        std::fs::write(&staged, text).expect("stage the manifest");
+        self.ok(&format!("install -m 0644 /mnt/host/{name}.yaml /etc/crilet/manifests/{name}.yaml"));
+    }
+
+    /// The agent's pod list (`crilet get pods -o json`).
+    pub fn pods(&self) -> Vec<Value> {
+        let json: Value = serde_json::from_str(&self.ok("crilet get pods -o json")).expect("pod list JSON");
+        json["items"].as_array().cloned().unwrap_or_default()
+    }
+
+    pub fn pod(&self, name: &str) -> Value {
+        self.pods()
+            .into_iter()
+            .find(|p| p["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("no pod {name} in the agent's list"))
+    }
+
+    /// Waits until pod `name` is Running with every container ready; the pod.
+    pub fn running(&self, name: &str) -> Value {
+        let check = format!(
+            "crilet get pods | awk '$1 == \"{name}\" && $3 == \"Running\" {{ split($2, r, \"/\"); if (r[1] == r[2]) ok = 1 }} END {{ exit !ok }}'"
+        );
+        self.wait(&format!("pod {name} Running and ready"), SLOW, &check);
+        self.pod(name)
+    }
+
+    /// The first line of a cgroup file under /sys/fs/cgroup.
+    pub fn cgroup_file(&self, cgroup: &str, file: &str) -> String {
+        self.ok(&format!("cat /sys/fs/cgroup{cgroup}/{file}"))
+    }
+}
+
+/// (container name, container ID, restart count) of every container of `pod`.
+pub fn instances(pod: &Value) -> Vec<(String, String, i64)> {
+    let status = &pod["status"];
+    let mut out: Vec<(String, String, i64)> = ["initContainerStatuses", "containerStatuses"]
+        .iter()
+        .flat_map(|k| status[*k].as_array().cloned().unwrap_or_default())
+        .map(|c| {
+            let id = c["containerID"].as_str().unwrap_or_default().to_string();
+            (c["name"].as_str().unwrap_or_default().to_string(), id, c["restartCount"].as_i64().unwrap_or(-1))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+pub fn container_id(pod: &Value, name: &str) -> String {
+    let (_, id, _) = instances(pod).into_iter().find(|(n, _, _)| n == name).expect("container status");
+    id.trim_start_matches("containerd://").to_string()
+}
+
+/// The guest's shell commands that put containerd and crilet on the systemd cgroup driver (or,
+/// with `false`, back on cgroupfs; the agent's flag then comes from the unit alone). No pod may
+/// run meanwhile: the two drivers do not share pods.
+pub fn driver_switch(systemd: bool) -> String {
+    let (from, to) = if systemd { ("false", "true") } else { ("true", "false") };
+    let flag = if systemd {
+        "mkdir -p /run/systemd/system/crilet.service.d && printf '[Service]\\nExecStart=\\nExecStart=/usr/local/bin/crilet run --config /etc/crilet/config.yaml --cgroup-driver systemd\\n' >/run/systemd/system/crilet.service.d/driver.conf"
+    } else {
+        "rm -f /run/systemd/system/crilet.service.d/driver.conf"
+    };
+    format!(
+        "systemctl stop crilet && sed -i 's/SystemdCgroup = {from}/SystemdCgroup = {to}/' /etc/containerd/config.toml && systemctl restart containerd && {flag} && systemctl daemon-reload && systemctl start crilet"
+    )
+}
