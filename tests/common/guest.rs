@@ -43,6 +43,17 @@ impl Guest {
         g
     }
 
+    /// The guest's run directory on the host (its console log, QEMU's pid file).
+    pub fn run_dir(&self) -> PathBuf {
+        self.share().parent().expect("the share is in the run dir").to_path_buf()
+    }
+
+    /// QEMU's PID.
+    pub fn qemu_pid(&self) -> u32 {
+        let text = std::fs::read_to_string(self.run_dir().join("qemu.pid")).expect("qemu.pid");
+        text.trim().parse().expect("a pid in qemu.pid")
+    }
+
     pub fn share(&self) -> PathBuf {
         PathBuf::from(self.env.get("CRILET_GUEST_SHARE"))
     }
