@@ -388,6 +388,11 @@ systemd_is_init() {
     [ -d /run/systemd/system ] && [ "$(cat /proc/1/comm 2>/dev/null)" = systemd ]
 }
 
+# crate_version — crilet's version: Cargo.toml's [package] version.
+crate_version() {
+    awk -F'"' '/^\[/ {p = ($0 == "[package]")} p && /^version *=/ {print $2; exit}' "$REPO_ROOT/Cargo.toml"
+}
+
 # crilet_unit BINDIR DEST — write systemd/crilet.service to DEST as installed with the binary in
 # BINDIR: the file itself, but ExecStart runs BINDIR/crilet instead of /usr/local/bin/crilet
 # (hack/install.sh's default; the Debian package's is /usr/bin). That is the only difference,
