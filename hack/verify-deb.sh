@@ -282,6 +282,17 @@ purged "purge without deb-systemd-helper"
     bad "purge without deb-systemd-helper left the enablement symlink" ||
     ok "purge without deb-systemd-helper: enablement symlink removed"
 
+# A unit of hack/install.sh's in /etc/systemd/system would shadow the package's: postinst says so.
+rm -rf "$root"
+mkdir -p "$root/etc/systemd/system"
+echo "[Service]" >"$root/etc/systemd/system/crilet.service"
+if env -i PATH="$stubs/all:$stubs/tools" DPKG_ROOT="$root" "$(command -v sh)" "$x/DEBIAN/postinst" configure 2>&1 >/dev/null |
+    grep -q "etc/systemd/system/crilet.service .*overrides the package's unit"; then
+    ok "postinst warns of a unit in /etc/systemd/system that overrides the package's"
+else
+    bad "postinst says nothing of a unit in /etc/systemd/system that overrides the package's"
+fi
+
 # --- lintian (advice only) ---------------------------------------------------------------------
 if command -v lintian >/dev/null; then
     echo "lintian (shown for information; it does not fail this check):"
