@@ -46,8 +46,9 @@ fi
 dpkg --validate-version "$VERSION" 2>/dev/null || die "'$VERSION' is not a Debian version"
 ARCH="$(dpkg --print-architecture)"
 DEB="$OUT/crilet_${VERSION}_${ARCH}.deb"
-# Reproducible timestamps: dpkg-deb clamps the files' times to this and stamps the archive.
-export SOURCE_DATE_EPOCH="${SOURCE_DATE_EPOCH:-$(git -C "$REPO_ROOT" log -1 --format=%ct 2>/dev/null || date +%s)}"
+# Reproducible timestamps: dpkg-deb clamps the files' times to this and stamps the archive. Given
+# to dpkg-deb alone: cargo would rebuild every crate that compiles C (cc-rs watches the variable).
+epoch="${SOURCE_DATE_EPOCH:-$(git -C "$REPO_ROOT" log -1 --format=%ct 2>/dev/null || date +%s)}"
 
 if [ -n "${CRILET_BIN:-}" ]; then
     BIN="$CRILET_BIN"
@@ -96,7 +97,7 @@ EOF
     echo
     echo "  * Built from git $COMMIT by hack/deb.sh."
     echo
-    echo " -- $MAINTAINER  $(date -u -R -d "@$SOURCE_DATE_EPOCH")"
+    echo " -- $MAINTAINER  $(date -u -R -d "@$epoch")"
 } | gzip -9n >"$DOC/changelog.Debian.gz"
 chmod 0644 "$DOC/copyright" "$DOC/changelog.Debian.gz"
 
@@ -155,7 +156,7 @@ done
 chmod 0644 "$ROOT/DEBIAN/control" "$ROOT/DEBIAN/conffiles" "$ROOT/DEBIAN/md5sums"
 
 mkdir -p "$OUT"
-dpkg-deb --root-owner-group --build "$ROOT" "$DEB.tmp" >/dev/null || die "dpkg-deb --build failed"
+SOURCE_DATE_EPOCH="$epoch" dpkg-deb --root-owner-group --build "$ROOT" "$DEB.tmp" >/dev/null || die "dpkg-deb --build failed"
 mv -f "$DEB.tmp" "$DEB"
 log "built $DEB (crilet $VERSION, $ARCH, Depends: $depends; from git $COMMIT)"
 echo "$DEB"
