@@ -17,7 +17,8 @@
 #   /usr/share/doc/crilet/               copyright, changelog.Debian.gz
 # /var/lib/crilet and /run/crilet are the unit's StateDirectory= and RuntimeDirectory=:
 # systemd makes them. Maintainer scripts: systemd/debian/{postinst,prerm,postrm}. Depends from
-# dpkg-shlibdeps (dpkg-dev), else libc6 (>= the highest GLIBC_ version the binary asks for);
+# dpkg-shlibdeps (dpkg-dev), else libc6 and libgcc-s1 (>= the highest symbol versions the
+# binary asks for);
 # Recommends: containerd (any CRI runtime will do: --container-runtime-endpoint).
 # Maintainer: DEBFULLNAME/DEBEMAIL, else this repository's git user.
 # The staging tree is a temporary directory, removed on exit; only the .deb stays.
@@ -62,9 +63,9 @@ fi
 
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-# debian/crilet: where dpkg-shlibdeps expects a package's files (debian/control beside it).
+# debian/crilet: where dpkg-shlibdeps expects the package's files (named in debian/control).
 mkdir -p "$tmp/debian"
-: >"$tmp/debian/control"
+printf 'Source: crilet\n\nPackage: crilet\nArchitecture: any\n' >"$tmp/debian/control"
 ROOT="$tmp/debian/crilet"
 install -d -m 0755 "$ROOT"
 
@@ -108,19 +109,21 @@ if command -v dpkg-shlibdeps >/dev/null; then
         sed -n 's/^shlibs:Depends=//p')" || { cat "$tmp/shlibdeps.log" >&2; die "dpkg-shlibdeps failed"; }
 fi
 if [ -z "$depends" ]; then
-    # No dpkg-shlibdeps (dpkg-dev): glibc is all a Rust binary links; its minimum is the highest
-    # symbol version the binary asks for.
+    # No dpkg-shlibdeps (dpkg-dev): a Rust binary links glibc and libgcc_s; each minimum is the
+    # highest symbol version the binary asks for (GLIBC_2.34 -> 2.34, GCC_4.2.0 -> 4.2).
     command -v objdump >/dev/null || die "neither dpkg-shlibdeps (dpkg-dev) nor objdump (binutils) to compute Depends"
-    needed="$(objdump -p "$BIN" | awk '$1 == "NEEDED" {print $2}')"
-    for lib in $needed; do
+    # highest_version PREFIX — the binary's highest PREFIXx.y[.z] symbol version, as x.y[.z].
+    highest_version() { objdump -T "$BIN" | grep -o "$1[0-9.]*" | sed "s/^$1//; s/\.0\$//" | sort -uV | tail -n1; }
+    for lib in $(objdump -p "$BIN" | awk '$1 == "NEEDED" {print $2}'); do
         case "$lib" in
-            libc.so.6 | libm.so.6 | libpthread.so.0 | libdl.so.2 | librt.so.1 | ld-linux*) ;;
+            libc.so.6 | libm.so.6 | libpthread.so.0 | libdl.so.2 | librt.so.1 | ld-linux*)
+                dep="libc6 (>= $(highest_version GLIBC_))" ;;
+            libgcc_s.so.1) dep="libgcc-s1 (>= $(highest_version GCC_))" ;;
             *) die "$BIN needs $lib; install dpkg-dev (dpkg-shlibdeps) to compute Depends" ;;
         esac
+        case ", $depends, " in *", $dep, "*) ;; *) depends="${depends:+$depends, }$dep" ;; esac
     done
-    glibc="$(objdump -T "$BIN" | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -uV | tail -n1)"
-    [ -n "$glibc" ] || die "no GLIBC_ symbol version in $BIN"
-    depends="libc6 (>= $glibc)"
+    case "$depends" in *"(>= )"*) die "could not read the symbol versions of $BIN (Depends: $depends)" ;; esac
 fi
 
 install -d -m 0755 "$ROOT/DEBIAN"
