@@ -6,7 +6,8 @@
 # Reads the package with dpkg-deb only (--info, --contents, -R into a temporary directory,
 # removed on exit) and checks:
 #   - control: Package, Version (the file name's; Cargo.toml's when built here), Architecture
-#     (dpkg --print-architecture), Maintainer, Depends (libc6), Recommends (containerd),
+#     (dpkg --print-architecture), Maintainer, Depends (libc6, and a package for each shared
+#     library the binary loads here), Recommends (containerd),
 #     Section, Priority, Description, Installed-Size;
 #   - contents: exactly the expected paths, modes, root:root; the md5sums;
 #   - the unit is systemd/crilet.service with ExecStart=/usr/bin/crilet (lib.sh's crilet_unit,
@@ -126,6 +127,20 @@ if out="$("$x/usr/bin/crilet" --version 2>&1 | head -n1)" && grep -qwF "$cargo_v
 else
     bad "usr/bin/crilet --version: '$out' (wanted Cargo.toml's $cargo_version)"
 fi
+
+# Every shared library the binary loads here comes from a package Depends names.
+depends="$(field Depends)"
+for lib in $(ldd "$x/usr/bin/crilet" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $3}'); do
+    pkg="$(dpkg -S "$lib" 2>/dev/null || dpkg -S "$(readlink -f "$lib")" 2>/dev/null || true)"
+    pkg="${pkg%%:*}"
+    if [ -z "$pkg" ]; then
+        echo "note: $lib belongs to no package here; not checked against Depends"
+    elif grep -qE "(^|, )$pkg( |,|$)" <<<"$depends"; then
+        ok "Depends covers $(basename "$lib") ($pkg)"
+    else
+        bad "the binary loads $lib from $pkg, which Depends ($depends) does not name"
+    fi
+done
 
 # --- maintainer scripts ------------------------------------------------------------------------
 for s in postinst prerm postrm; do
