@@ -65,7 +65,7 @@ check_field Recommends '(^|, )containerd($|[ ,])'
 check_field Section '^admin$'
 check_field Priority '^optional$'
 check_field Installed-Size '^[0-9]+$'
-synopsis="$(field Description | head -n1)"
+synopsis="$(field Description | sed -n 1p)"  # not head: with pipefail, SIGPIPE
 [ -n "$synopsis" ] && [ "${#synopsis}" -le 80 ] && [ "$(field Description | wc -l)" -gt 1 ] &&
     ok "Description: $synopsis (+ $(($(field Description | wc -l) - 1)) lines)" ||
     bad "Description needs a synopsis of at most 80 characters and a long description"
@@ -122,7 +122,7 @@ cmp -s "$REPO_ROOT/systemd/config.yaml" "$x/etc/crilet/config.yaml" && ok "confi
 [ "$(cat "$x/DEBIAN/conffiles" 2>/dev/null)" = /etc/crilet/config.yaml ] && ok "conffiles: /etc/crilet/config.yaml" ||
     bad "DEBIAN/conffiles is '$(cat "$x/DEBIAN/conffiles" 2>/dev/null)', expected /etc/crilet/config.yaml alone"
 
-if out="$("$x/usr/bin/crilet" --version 2>&1 | head -n1)" && grep -qwF "$cargo_version" <<<"$out"; then
+if out="$("$x/usr/bin/crilet" --version 2>&1 | sed -n 1p)" && grep -qwF "$cargo_version" <<<"$out"; then
     ok "usr/bin/crilet --version: $out"
 else
     bad "usr/bin/crilet --version: '$out' (wanted Cargo.toml's $cargo_version)"
@@ -301,8 +301,8 @@ purged "purge without deb-systemd-helper"
 rm -rf "$root"
 mkdir -p "$root/etc/systemd/system"
 echo "[Service]" >"$root/etc/systemd/system/crilet.service"
-if env -i PATH="$stubs/all:$stubs/tools" DPKG_ROOT="$root" "$(command -v sh)" "$x/DEBIAN/postinst" configure 2>&1 >/dev/null |
-    grep -q "etc/systemd/system/crilet.service .*overrides the package's unit"; then
+said="$(env -i PATH="$stubs/all:$stubs/tools" DPKG_ROOT="$root" "$(command -v sh)" "$x/DEBIAN/postinst" configure 2>&1 >/dev/null)"
+if grep -q "etc/systemd/system/crilet.service .*overrides the package's unit" <<<"$said"; then
     ok "postinst warns of a unit in /etc/systemd/system that overrides the package's"
 else
     bad "postinst says nothing of a unit in /etc/systemd/system that overrides the package's"
