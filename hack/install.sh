@@ -3,7 +3,8 @@
 #
 # Usage: cargo build --release && hack/install.sh
 #   installs target/release/crilet   -> /usr/local/bin/crilet (0755)
-#            systemd/crilet.service  -> /etc/systemd/system/crilet.service (0644)
+#            systemd/crilet.service  -> /etc/systemd/system/crilet.service (0644; ExecStart names
+#                                       the installed binary)
 #            systemd/config.yaml     -> /etc/crilet/config.yaml (0644; every setting commented
 #                                       out at its default), ONLY if that file does not exist:
 #                                       a config already there is never overwritten
@@ -11,24 +12,31 @@
 #   then `systemctl daemon-reload && systemctl enable crilet.service` if systemd is PID 1,
 #   otherwise prints those commands instead. It does not start the service.
 # Env: CRILET_BIN=path (binary to install; default the release build),
-#      DESTDIR=dir (stage under dir, e.g. for packaging; never calls systemctl).
+#      DESTDIR=dir (stage under dir, e.g. for packaging; never calls systemctl),
+#      CRILET_PREFIX=dir (default /usr/local: the binary goes to dir/bin, and the unit's
+#      ExecStart says so) and CRILET_UNIT_DIR=dir (default /etc/systemd/system): hack/deb.sh
+#      stages the Debian package with /usr and /lib/systemd/system.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
 BIN="${CRILET_BIN:-${CARGO_TARGET_DIR:-$REPO_ROOT/target}/release/crilet}"
-UNIT="$REPO_ROOT/systemd/crilet.service"
 CONFIG="$REPO_ROOT/systemd/config.yaml"
 DESTDIR="${DESTDIR:-}"
+PREFIX="${CRILET_PREFIX:-/usr/local}"
+UNIT_DIR="${CRILET_UNIT_DIR:-/etc/systemd/system}"
 
 [ -x "$BIN" ] || die "no crilet binary at $BIN (run: cargo build --release)"
 [ -n "$DESTDIR" ] || require_root
 
-install -D -m 0755 "$BIN" "$DESTDIR/usr/local/bin/crilet"
-install -D -m 0644 "$UNIT" "$DESTDIR/etc/systemd/system/crilet.service"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+crilet_unit "$PREFIX/bin" "$tmp/crilet.service"
+install -D -m 0755 "$BIN" "$DESTDIR$PREFIX/bin/crilet"
+install -D -m 0644 "$tmp/crilet.service" "$DESTDIR$UNIT_DIR/crilet.service"
 install -d -m 0755 "$DESTDIR/etc/crilet" "$DESTDIR/etc/crilet/manifests"
 # install -d leaves an existing directory's mode alone; the agent would refuse a loose one.
 chmod 0755 "$DESTDIR/etc/crilet" "$DESTDIR/etc/crilet/manifests"
-log "installed $DESTDIR/usr/local/bin/crilet, $DESTDIR/etc/systemd/system/crilet.service, $DESTDIR/etc/crilet/manifests"
+log "installed $DESTDIR$PREFIX/bin/crilet, $DESTDIR$UNIT_DIR/crilet.service, $DESTDIR/etc/crilet/manifests"
 # The unit runs `crilet run --config /etc/crilet/config.yaml`: the file must exist, and it is
 # the user's once it does (a symlink or anything else already there counts as existing).
 if [ -e "$DESTDIR/etc/crilet/config.yaml" ] || [ -L "$DESTDIR/etc/crilet/config.yaml" ]; then

@@ -396,6 +396,22 @@ systemd_is_init() {
     [ -d /run/systemd/system ] && [ "$(cat /proc/1/comm 2>/dev/null)" = systemd ]
 }
 
+# crate_version — crilet's version: Cargo.toml's [package] version.
+crate_version() {
+    awk -F'"' '/^\[/ {p = ($0 == "[package]")} p && /^version *=/ {print $2; exit}' "$REPO_ROOT/Cargo.toml"
+}
+
+# crilet_unit BINDIR DEST — write systemd/crilet.service to DEST as installed with the binary in
+# BINDIR: the file itself, but ExecStart runs BINDIR/crilet instead of /usr/local/bin/crilet
+# (hack/install.sh's default; the Debian package's is /usr/bin). That is the only difference,
+# and it must apply.
+crilet_unit() {
+    local unit="$REPO_ROOT/systemd/crilet.service"
+    sed "s#^ExecStart=/usr/local/bin/crilet #ExecStart=$1/crilet #" "$unit" >"$2"
+    grep -qxF "ExecStart=$1/crilet run --config /etc/crilet/config.yaml" "$2" ||
+        die "$unit: no 'ExecStart=/usr/local/bin/crilet run --config /etc/crilet/config.yaml' to point at $1/crilet"
+}
+
 # --- CNI network definition --------------------------------------------------------------
 # Each plugin's JSON is kept separately so teardown.sh can run the same chain's DEL by hand
 # (there is no crictl here, and deleting containers with ctr bypasses the CRI plugin's CNI

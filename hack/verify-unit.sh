@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # hack/verify-unit.sh — check systemd/crilet.service with systemd-analyze and our contract.
 #
-# Usage: hack/verify-unit.sh [UNIT]     (default: systemd/crilet.service; exit 0 = good)
+# Usage: hack/verify-unit.sh [UNIT]     (default: systemd/crilet.service; exit 0 = good; the
+#        unit as hack/install.sh or the Debian package installs it is checked the same way)
 # Works without systemd as PID 1. systemd-analyze verify insists that ExecStart's binary
 # exists, so a temporary copy whose ExecStart is /bin/true (same arguments) is verified;
 # any warning it prints counts as a failure (it exits 0 on many of them). Then the
@@ -23,8 +24,8 @@ fi
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 name="$(basename "$UNIT")"
-sed -E 's#^ExecStart=(-?)/usr/local/bin/crilet( |$)#ExecStart=\1/bin/true\2#' "$UNIT" >"$tmp/$name"
-grep -q '^ExecStart=/bin/true run' "$tmp/$name" || die "ExecStart is not /usr/local/bin/crilet run ..."
+sed -E 's#^ExecStart=(-?)/usr(/local)?/bin/crilet( |$)#ExecStart=\1/bin/true\3#' "$UNIT" >"$tmp/$name"
+grep -q '^ExecStart=/bin/true run' "$tmp/$name" || die "ExecStart is not /usr/local/bin/crilet run ... (or /usr/bin/crilet)"
 
 fail=0
 if ! out="$(systemd-analyze verify --man=no "$tmp/$name" 2>&1)"; then
