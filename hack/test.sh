@@ -12,8 +12,9 @@
 #       that honours CRI stop signals): the stop-signal test, then critest on it; a short leg;
 #   guest (hack/guest.sh: a QEMU guest with systemd as PID 1, cgroup v2 and containerd 2.1):
 #       crilet.service installed by hack/install.sh, pods' cgroups in the unified tree under
-#       both cgroup drivers, the service's restart and watchdog (tests/guest.rs), then graceful
-#       node shutdown on `systemctl poweroff` (tests/guest_shutdown.rs);
+#       both cgroup drivers, the service's restart and watchdog (tests/guest.rs), the Debian
+#       package of hack/deb.sh (tests/guest_package.rs), then graceful node shutdown on
+#       `systemctl poweroff` (tests/guest_shutdown.rs);
 #   containerd 1.6 (bookworm's, relist): the lifecycle, probe, status, termination,
 #       runtime-restart, runtime-fault, restart-rule, resize and in-place update tests.
 # ARGS go to the test binaries of every leg, e.g. `hack/test.sh e2e_sidecar` runs only tests
@@ -115,6 +116,8 @@ for runtime in $LEGS; do
             if step "guest up (hack/guest.sh)" bash "$HACK_DIR/guest.sh" up; then
                 step "tests in the guest (systemd, cgroup v2)" \
                     cargo test --no-fail-fast --test guest -- --ignored --test-threads=1 "$@"
+                step "the Debian package in the guest" \
+                    cargo test --no-fail-fast --test guest_package -- --ignored "$@"
                 # Powers the guest off: last.
                 step "graceful node shutdown in the guest" \
                     cargo test --no-fail-fast --test guest_shutdown -- --ignored "$@"
