@@ -137,6 +137,10 @@ fn the_systemd_cgroup_driver_gives_pods_the_kubelets_slices() {
     g.ok(&driver_switch(true));
     let check = g.ok("crilet preflight --cgroup-driver systemd | grep cgroup-driver || true");
     assert!(check.starts_with("PASS"), "preflight's cgroup-driver check on a systemd node: {check}");
+    // containerd 2.1 reports its driver (CRI RuntimeConfig): the agent follows it, as the kubelet
+    // does, even without the flag.
+    let check = g.ok("crilet preflight | grep cgroup-driver || true");
+    assert!(check.starts_with("PASS") && check.contains("systemd (from CRI RuntimeConfig)"), "{check}");
     g.manifest("guaranteed", GUARANTEED);
     g.manifest("burstable", BURSTABLE);
     let guaranteed = g.running("guaranteed");
@@ -176,4 +180,62 @@ fn the_systemd_cgroup_driver_gives_pods_the_kubelets_slices() {
             "! systemctl is-active --quiet {slice} && ! systemctl is-active --quiet {burstable_slice} && ! ls -d /sys/fs/cgroup/kubepods.slice/{slice} {pod} 2>/dev/null"
         ),
     );
+}
+
+#[test]
+#[ignore = "needs hack/guest.sh up (hack/test.sh's guest leg)"]
+fn resize_and_image_updates_reach_the_systemd_slice_in_place() {
+    let g = Guest::fresh();
+    g.ok(&driver_switch(true));
+    g.manifest("guaranteed", GUARANTEED);
+    let before = g.running("guaranteed");
+    let uid = before["metadata"]["uid"].as_str().expect("uid").to_string();
+    let slice = format!("kubepods-pod{}.slice", uid.replace('-', "_"));
+    let pod = format!("/kubepods.slice/{slice}");
+    let app = container_id(&before, "app");
+
+    // cpu and memory changed in the manifest: resized in place, the same container, the slice's
+    // unit properties and its files both follow.
+    g.manifest("guaranteed", &GUARANTEED.replace("{cpu: 500m, memory: 64Mi}", "{cpu: 300m, memory: 96Mi}"));
+    g.wait(
+        "the pod's slice resized",
+        SLOW,
+        &format!(
+            "[ \"$(cat /sys/fs/cgroup{pod}/memory.max)\" = {} ] && [ \"$(cat /sys/fs/cgroup{pod}/cpu.max)\" = '30000 100000' ]",
+            96 << 20
+        ),
+    );
+    assert_eq!(g.ok(&format!("systemctl show -p MemoryMax --value {slice}")), (96 << 20).to_string());
+    let scope = format!("{pod}/cri-containerd-{app}.scope");
+    g.wait(
+        "the container's limit resized",
+        SLOW,
+        &format!("[ \"$(cat /sys/fs/cgroup{scope}/memory.max)\" = {} ]", 96 << 20),
+    );
+    let resized = g.running("guaranteed");
+    assert_eq!(resized["metadata"]["uid"], before["metadata"]["uid"], "the same pod");
+    assert_eq!(instances(&resized), instances(&before), "resized without a restart");
+
+    // A new image: that container restarts in the same pod and slice.
+    let env = &g.env;
+    let edited = GUARANTEED.replace("{cpu: 500m, memory: 64Mi}", "{cpu: 300m, memory: 96Mi}").replace(
+        "${CRILET_IMAGE_BUSYBOX}",
+        &env.get("CRILET_IMAGE_BUSYBOX").replace("busybox:1.36", "web:v1"),
+    );
+    g.manifest("guaranteed", &edited);
+    // A new instance of the app, on the new image, running and ready.
+    let updated = g.wait_pod("guaranteed", "the app restarted on the new image", |p| {
+        let status = &p["status"]["containerStatuses"][0];
+        status["image"].as_str().is_some_and(|i| i.ends_with("web:v1"))
+            && status["ready"] == true
+            && container_id(p, "app") != app
+    });
+    assert_ne!(container_id(&updated, "app"), app, "a new instance of the app");
+    assert_eq!(updated["metadata"]["uid"], before["metadata"]["uid"], "updated in place, the same pod");
+    let new_app = container_id(&updated, "app");
+    let scope = format!("{pod}/cri-containerd-{new_app}.scope");
+    assert_eq!(g.cgroup_file(&scope, "memory.max"), (96 << 20).to_string(), "{scope}");
+    assert_eq!(g.ok(&format!("systemctl is-active {slice}")), "active");
+    g.ok("rm -f /etc/crilet/manifests/*");
+    g.wait("the slice stopped", SLOW, &format!("! systemctl is-active --quiet {slice}"));
 }

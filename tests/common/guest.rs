@@ -153,7 +153,11 @@ impl Guest {
         let text = self.env.render(yaml);
         let staged = self.share().join(format!("{name}.yaml"));
         std::fs::write(&staged, text).expect("stage the manifest");
-        self.ok(&format!("install -m 0644 /mnt/host/{name}.yaml /etc/crilet/manifests/{name}.yaml"));
+        // Renamed into place: `install` alone unlinks the old file first, and a pod whose
+        // manifest is gone, even for a moment, is removed.
+        self.ok(&format!(
+            "install -m 0644 /mnt/host/{name}.yaml /etc/crilet/manifests/.{name}.tmp && mv -f /etc/crilet/manifests/.{name}.tmp /etc/crilet/manifests/{name}.yaml"
+        ));
     }
 
     /// The agent's pod list (`crilet get pods -o json`).
@@ -167,6 +171,21 @@ impl Guest {
             .into_iter()
             .find(|p| p["metadata"]["name"] == name)
             .unwrap_or_else(|| panic!("no pod {name} in the agent's list"))
+    }
+
+    /// Waits until pod `name`, as the agent lists it, satisfies `ok`; the pod.
+    pub fn wait_pod(&self, name: &str, what: &str, ok: impl Fn(&Value) -> bool) -> Value {
+        let start = Instant::now();
+        loop {
+            let pod = self.pods().into_iter().find(|p| p["metadata"]["name"] == name);
+            match pod {
+                Some(p) if ok(&p) => return p,
+                last if start.elapsed() > SLOW => {
+                    panic!("timed out after {SLOW:?} waiting for {what}; last: {last:?}")
+                }
+                _ => std::thread::sleep(Duration::from_secs(1)),
+            }
+        }
     }
 
     /// Waits until pod `name` is Running with every container ready; the pod.
