@@ -157,7 +157,6 @@ impl ProbeManager {
         if let Ok(mut r) = self.results.lock() {
             r.retain(|k, _| wanted.contains(k));
         }
-        self.save();
     }
 
     /// The planner's view (startup and liveness by container ID) and status's (started, ready).
@@ -181,7 +180,10 @@ impl ProbeManager {
         (planner, status)
     }
 
-    fn save(&mut self) {
+    /// Saves the results the status shows (started, ready) when they changed since the last
+    /// save, for an agent that restarts (a durable write: on the blocking pool, awaited). The
+    /// worker calls it after each `reconcile`.
+    pub async fn save(&mut self) {
         let (_, status) = self.view();
         let now: BTreeMap<String, Saved> = status
             .iter()
@@ -192,7 +194,7 @@ impl ProbeManager {
         if now == self.last_saved {
             return;
         }
-        if crate::checkpoint::write_json(&self.save_path, &now).is_ok() {
+        if crate::checkpoint::write_json_async(self.save_path.clone(), &now).await.is_ok() {
             self.last_saved = now;
         }
     }

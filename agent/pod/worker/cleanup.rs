@@ -65,6 +65,7 @@ impl Worker {
             return false;
         }
         self.probes.reconcile(&self.desired.pod.clone(), &observed, true);
+        self.probes.save().await;
         let (_, probe_states) = self.probes.view();
         self.publish(&observed, true, &probe_states).await;
         let grace = grace.unwrap_or_else(|| termination_grace(&self.desired.pod));

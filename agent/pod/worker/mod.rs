@@ -303,8 +303,9 @@ impl Worker {
         let observed = ctx.observe(&self.desired.uid).await?;
         self.read_termination_messages(&observed).await;
         // The pod as it runs: its spec with the allocated resources (KEP-1287).
-        let (pod, resize_requeue) = self.resize_admit();
+        let (pod, resize_requeue) = self.resize_admit().await;
         self.probes.reconcile(&pod, &observed, false);
+        self.probes.save().await;
         let (probe_results, probe_states) = self.probes.view();
         let (held, update_requeue) = self.step_update(&observed, &probe_results, &probe_states).await;
         self.killed_by_agent.retain(|id| observed.containers.iter().any(|c| &c.id == id));

@@ -114,6 +114,7 @@ impl Worker {
                 self.read_termination_messages(&observed).await;
                 let pod = self.desired.pod.clone();
                 self.probes.reconcile(&pod, &observed, terminating);
+                self.probes.save().await;
                 let (_, probe_states) = self.probes.view();
                 self.publish(&observed, terminating, &probe_states).await;
             }

@@ -42,7 +42,7 @@ impl Worker {
     /// The pod as it runs: the spec with the allocation applied. A spec that asks for other
     /// resources than allocated is decided first (accepted, deferred or infeasible). Returns it
     /// with when to come back (a deferred resize is retried).
-    pub(super) fn resize_admit(&mut self) -> (Arc<Pod>, Option<i64>) {
+    pub(super) async fn resize_admit(&mut self) -> (Arc<Pod>, Option<i64>) {
         let spec = self.desired.pod.clone();
         let retrying = self.resize.pending.as_ref().is_some_and(|(r, _, _)| r == REASON_DEFERRED);
         if let Some((from, running)) = self.resize.running.clone() {
@@ -95,7 +95,7 @@ impl Worker {
             }
         };
         if !self.resize.saved {
-            self.resize.saved = self.save_allocation(&alloc);
+            self.resize.saved = self.save_allocation(&alloc).await;
         }
         // Nearly always the spec is what is allocated: then it is the running pod itself, and
         // only a pod under a resize holds a copy of its own.
@@ -130,9 +130,10 @@ impl Worker {
         self.resize.pending = Some((reason.to_string(), message, jiff::Timestamp::now()));
     }
 
-    fn save_allocation(&self, a: &Allocation) -> bool {
+    /// A durable write (fsynced): on the blocking pool, awaited.
+    async fn save_allocation(&self, a: &Allocation) -> bool {
         let path = allocation_path(&self.ctx, &self.desired.uid);
-        let saved = crate::checkpoint::write_json(&path, a);
+        let saved = crate::checkpoint::write_json_async(path, a).await;
         if let Err(e) = &saved {
             // The pod's dir is made with its sandbox; until then the allocation lives in memory
             // and the next sync saves it.
