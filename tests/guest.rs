@@ -61,6 +61,8 @@ fn pods_get_their_cgroups_in_the_unified_tree() {
     let pod = format!("/kubepods/pod{uid}");
     assert_eq!(g.cgroup_file(&pod, "cpu.max"), "50000 100000", "{pod}: 500m a 100 ms period");
     assert_eq!(g.cgroup_file(&pod, "memory.max"), (64 << 20).to_string(), "{pod}: 64Mi");
+    // The kubelet's weight for the pod's 512 shares (500m): 1 + (512 - 2) * 9999 / 262142.
+    assert_eq!(g.cgroup_file(&pod, "cpu.weight"), "20", "{pod}: 500m as cpu.weight");
     let app = format!("{pod}/{}", container_id(&guaranteed, "app"));
     assert_eq!(g.cgroup_file(&app, "memory.max"), (64 << 20).to_string(), "{app}");
     assert_eq!(g.cgroup_file(&app, "cpu.max"), "50000 100000", "{app}");
@@ -71,6 +73,8 @@ fn pods_get_their_cgroups_in_the_unified_tree() {
     let pod = format!("/kubepods/burstable/pod{uid}");
     assert_eq!(g.cgroup_file(&pod, "cpu.max"), "max 100000", "{pod}");
     assert_eq!(g.cgroup_file(&pod, "memory.max"), "max", "{pod}");
+    // 100m requested in all: 102 shares, weight 1 + 100 * 9999 / 262142.
+    assert_eq!(g.cgroup_file(&pod, "cpu.weight"), "4", "{pod}: 100m as cpu.weight");
     let app = format!("{pod}/{}", container_id(&burstable, "app"));
     assert_eq!(g.cgroup_file(&app, "memory.max"), (48 << 20).to_string(), "{app}");
     assert_eq!(g.cgroup_file(&app, "cpu.max"), "25000 100000", "{app}");
@@ -154,6 +158,8 @@ fn the_systemd_cgroup_driver_gives_pods_the_kubelets_slices() {
     let pod = format!("/kubepods.slice/{slice}");
     assert_eq!(g.cgroup_file(&pod, "cpu.max"), "50000 100000", "{pod}");
     assert_eq!(g.cgroup_file(&pod, "memory.max"), (64 << 20).to_string(), "{pod}");
+    assert_eq!(g.cgroup_file(&pod, "cpu.weight"), "20", "{pod}");
+    assert_eq!(g.ok(&format!("systemctl show -p CPUWeight --value {slice}")), "20", "the unit's CPUWeight");
     // runc puts each container in a scope of the pod's slice.
     let app = format!("{pod}/cri-containerd-{}.scope", container_id(&guaranteed, "app"));
     assert_eq!(g.cgroup_file(&app, "memory.max"), (64 << 20).to_string(), "{app}");
