@@ -157,7 +157,9 @@ pub(crate) async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
     let ledger = crilet::ledger::Ledger::default();
     let ctx = match (&link, &s.cluster) {
         (Some(link), Some(c)) => {
-            let objects = std::sync::Arc::new(crilet::volumes::KubeObjects::new(link.client.clone()));
+            let (objects, services) = crilet::volumes::KubeObjects::new(link.client.clone());
+            tasks.spawn("service watch", services);
+            let objects = std::sync::Arc::new(objects);
             let volumes = crilet::volumes::VolumeManager::new(
                 objects,
                 &node,
@@ -240,7 +242,8 @@ pub(crate) async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
         Duration::from_secs(20),
         cancel.clone(),
     );
-    let Some(manifests) = manifests.await else { return Ok(()) };
+    let Some((manifests, manifest_watch)) = manifests.await else { return Ok(()) };
+    tasks.spawn("manifest watch", manifest_watch);
     let initial = manifests.borrow().clone();
     info!(dir = %s.manifest_dir.display(), pods = initial.pods.len(), problems = initial.problems.len(), "manifests loaded");
     let mut sup = Supervisor::new(ctx, wakers, cancel.clone());

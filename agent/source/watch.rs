@@ -47,13 +47,14 @@ const MAX_SETTLE: Duration = Duration::from_secs(1);
 /// The first scan is done before this returns, so the receiver's initial value is the real
 /// directory content, never a transient empty set; it runs on its own thread, so awaiting this
 /// never blocks the runtime. `None` when `cancel` fires before the first scan is done. Must be
-/// called within a tokio runtime.
+/// called within a tokio runtime. The watch itself is the returned loop, for the caller to run
+/// (the agent runs it in its task set, which notices if it ends early).
 pub async fn watch_dir(
     dir: PathBuf,
     node_name: String,
     resync: Duration,
     cancel: CancellationToken,
-) -> Option<watch::Receiver<ManifestSet>> {
+) -> Option<(watch::Receiver<ManifestSet>, impl std::future::Future<Output = ()> + Send + 'static)> {
     // Watch first, then scan: a change between the two is then seen by both, never by neither.
     // One wake-up for any burst of inotify events (and late parse results).
     let events = Arc::new(Wake::default());
@@ -76,8 +77,7 @@ pub async fn watch_dir(
     };
     log_new_problems(&[], &first.problems);
     let (tx, rx) = watch::channel(first);
-    tokio::spawn(run(dir, resync, cancel, tx, dir_watch, events, parser));
-    Some(rx)
+    Some((rx, run(dir, resync, cancel, tx, dir_watch, events, parser)))
 }
 
 /// Wakes the rescan loop. `complete` is set by events after which the file is whole (a writer

@@ -26,22 +26,23 @@ pub struct KubeObjects {
 }
 
 impl KubeObjects {
-    /// Starts the watch of services (it lasts as long as the agent, relisting after outages).
-    pub fn new(client: kube::Client) -> Self {
+    /// The objects, and the watch of services that feeds their store, for the caller to run as
+    /// long as the agent (it relists after outages; the agent runs it in its task set).
+    pub fn new(client: kube::Client) -> (Self, impl std::future::Future<Output = ()> + Send + 'static) {
         let (services, writer) = reflector::store();
         let stream =
             reflector(writer, watcher(Api::<Service>::all(client.clone()), watcher::Config::default()))
                 .default_backoff()
                 .touched_objects();
-        tokio::spawn(async move {
+        let watch = async move {
             let mut stream = std::pin::pin!(stream);
             while let Some(r) = stream.next().await {
                 if let Err(e) = r {
                     warn!(error = %e, "watching services failed; retrying with back-off");
                 }
             }
-        });
-        Self { client, services }
+        };
+        (Self { client, services }, watch)
     }
 }
 

@@ -54,9 +54,10 @@ async fn watch_picks_up_added_and_removed_files() {
     let dir = tempfile::tempdir().expect("tempdir");
     write_pod(dir.path(), "first.yaml", "first");
     let cancel = CancellationToken::new();
-    let mut rx = watch_dir(dir.path().to_path_buf(), NODE.to_string(), NO_RESYNC, cancel.clone())
+    let (mut rx, watch) = watch_dir(dir.path().to_path_buf(), NODE.to_string(), NO_RESYNC, cancel.clone())
         .await
         .expect("not cancelled");
+    tokio::spawn(watch);
     assert_eq!(names(&rx.borrow_and_update()), ["first"], "the first scan is done before watch_dir returns");
 
     write_pod(dir.path(), "second.yaml", "second");
@@ -81,9 +82,11 @@ async fn watch_finds_a_directory_created_later_and_stops_on_cancel() {
     let parent = tempfile::tempdir().expect("tempdir");
     let dir = parent.path().join("manifests");
     let cancel = CancellationToken::new();
-    let mut rx = watch_dir(dir.clone(), NODE.to_string(), Duration::from_millis(100), cancel.clone())
-        .await
-        .expect("not cancelled");
+    let (mut rx, watch) =
+        watch_dir(dir.clone(), NODE.to_string(), Duration::from_millis(100), cancel.clone())
+            .await
+            .expect("not cancelled");
+    tokio::spawn(watch);
     assert!(rx.borrow_and_update().pods.is_empty());
 
     fs::create_dir(&dir).expect("mkdir");
