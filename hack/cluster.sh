@@ -233,8 +233,10 @@ ensure_pki() {
     mkdir -p "$CLUSTER_DIR"
     ensure_ca
     ensure_sa_keys
+    # $GUEST_HOST_LOOPBACK: how hack/guest.sh's guest reaches this API server (slirp's guestfwd
+    # to 127.0.0.1), so a node in the guest verifies the server as any node does.
     issue_cert "$PKI/apiserver" "/CN=kube-apiserver" serverAuth \
-        "IP:127.0.0.1, IP:10.0.0.1, DNS:localhost, DNS:kubernetes, DNS:kubernetes.default, DNS:kubernetes.default.svc"
+        "IP:127.0.0.1, IP:10.0.0.1, IP:$GUEST_HOST_LOOPBACK, DNS:localhost, DNS:kubernetes, DNS:kubernetes.default, DNS:kubernetes.default.svc"
     issue_cert "$PKI/admin" "/O=system:masters/CN=admin" clientAuth
     issue_cert "$PKI/apiserver-kubelet-client" "/O=system:masters/CN=kube-apiserver-kubelet-client" clientAuth
     write_kubeconfig "$CLUSTER_ADMIN_KUBECONFIG" admin "$PKI/admin.crt" "$PKI/admin.key"

@@ -13,7 +13,9 @@
 #                                     run's overlay and share are removed
 #        hack/guest.sh status         whether a guest runs
 # The guest's network is QEMU's user mode with restrict=on: it reaches nothing outside, and only
-# 127.0.0.1:$GUEST_SSH_PORT is forwarded in (to its sshd). Files go through the 9p share
+# 127.0.0.1:$GUEST_SSH_PORT is forwarded in (to its sshd). Out, the guest reaches one thing of
+# the host: hack/cluster.sh's API server, at $GUEST_HOST_LOOPBACK (guestfwd, a socat per
+# connection: slirp's chardev form carries a single connection, made once at boot). Files go through the 9p share
 # $GUEST_SHARE, mounted at /mnt/host inside. KVM does not work on these machines (PVM), so QEMU
 # runs on TCG: functional tests only, no timing assertions.
 # Needs the host's test images (hack/setup.sh builds them) and sid's containerd (fetched here
@@ -24,7 +26,7 @@ set -euo pipefail
 GUEST_PACKAGES=(systemd systemd-sysv dbus udev libpam-systemd linux-image-amd64 initramfs-tools kmod
     iproute2 openssh-server procps e2fsprogs util-linux containerd runc containernetworking-plugins
     iptables catatonit busybox-static)
-GUEST_HOST_PACKAGES=(qemu-system-x86 qemu-utils mmdebstrap openssh-client skopeo)
+GUEST_HOST_PACKAGES=(qemu-system-x86 qemu-utils mmdebstrap openssh-client skopeo socat)
 # What the guest's containerd pulls nothing of: every image a test uses is imported.
 GUEST_IMAGES=(pause-3.10 busybox-1.36 web-v1 web-v2)
 
@@ -187,7 +189,7 @@ up() {
         -kernel "$GUEST_CACHE/vmlinuz" -initrd "$GUEST_CACHE/initrd.img" \
         -append "root=/dev/vda rw console=ttyS0 panic=-1 systemd.unified_cgroup_hierarchy=1" \
         -drive "file=$GUEST_RUN/overlay.qcow2,if=virtio,format=qcow2,discard=unmap" \
-        -netdev "user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:$GUEST_SSH_PORT-:22" \
+        -netdev "user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:$GUEST_SSH_PORT-:22,guestfwd=tcp:$GUEST_HOST_LOOPBACK:$CLUSTER_APISERVER_PORT-cmd:socat - TCP:127.0.0.1:$CLUSTER_APISERVER_PORT" \
         -device virtio-net-pci,netdev=n0 \
         -virtfs "local,path=$GUEST_SHARE,mount_tag=hostshare,security_model=none,id=hostshare" \
         -device virtio-rng-pci -serial "file:$GUEST_RUN/serial.log" \
@@ -212,6 +214,7 @@ CRILET_GUEST_KEY=$GUEST_CACHE/id_ed25519
 CRILET_GUEST_SHARE=$GUEST_SHARE
 CRILET_GUEST_SSH_CONTROL=$GUEST_RUN/ssh.ctl
 CRILET_IMAGE_BUSYBOX=$IMAGE_BUSYBOX
+CRILET_GUEST_API_SERVER=https://$GUEST_HOST_LOOPBACK:$CLUSTER_APISERVER_PORT
 EOF
     log "guest up in $((SECONDS - t0)) s: systemd $(gssh 'systemctl --version | head -n1 | cut -d" " -f2'), $(gssh 'stat -fc %T /sys/fs/cgroup'), containerd $(gssh 'containerd --version | cut -d" " -f3')"
 }

@@ -205,6 +205,10 @@ GUEST_RUN="$CRILET_DEV/guest-run"
 GUEST_SHARE="$GUEST_RUN/share"
 GUEST_SSH_PORT="${CRILET_GUEST_SSH_PORT:-2222}"
 GUEST_MEM="${CRILET_GUEST_MEM:-2048}"
+# The guest's address for the host's API server: slirp forwards connections to it (guestfwd)
+# to 127.0.0.1:$CLUSTER_APISERVER_PORT, one socat per connection. Nothing else of the host is
+# reachable from the guest.
+GUEST_HOST_LOOPBACK=10.0.2.100
 
 # kruise-daemon reads the CRI socket under this fixed path (its chart mounts /var/run there):
 # kruise.sh makes it a symlink to our containerd's socket directory, and `down` removes it.

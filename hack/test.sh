@@ -13,8 +13,9 @@
 #   guest (hack/guest.sh: a QEMU guest with systemd as PID 1, cgroup v2 and containerd 2.1):
 #       crilet.service installed by hack/install.sh, pods' cgroups in the unified tree under
 #       both cgroup drivers, the service's restart and watchdog (tests/guest.rs), the Debian
-#       package of hack/deb.sh (tests/guest_package.rs), then graceful node shutdown on
-#       `systemctl poweroff` (tests/guest_shutdown.rs);
+#       package of hack/deb.sh (tests/guest_package.rs), API pods under both drivers with the
+#       guest joined to hack/cluster.sh's control plane (tests/guest_cluster.rs), then graceful
+#       node shutdown on `systemctl poweroff` (tests/guest_shutdown.rs);
 #   containerd 1.6 (bookworm's, relist): the lifecycle, probe, status, termination,
 #       runtime-restart, runtime-fault, restart-rule, resize and in-place update tests.
 # ARGS go to the test binaries of every leg, e.g. `hack/test.sh e2e_sidecar` runs only tests
@@ -116,6 +117,12 @@ for runtime in $LEGS; do
             if step "guest up (hack/guest.sh)" bash "$HACK_DIR/guest.sh" up; then
                 step "tests in the guest (systemd, cgroup v2)" \
                     cargo test --no-fail-fast --test guest -- --ignored --test-threads=1 "$@"
+                # The guest joins the control plane of the 2.1 leg (started here when this leg
+                # runs alone) through its one forward to the host's API server.
+                if step "control plane for the guest (hack/cluster.sh)" bash "$HACK_DIR/cluster.sh"; then
+                    step "cluster mode in the guest" \
+                        cargo test --no-fail-fast --test guest_cluster -- --ignored --test-threads=1 "$@"
+                fi
                 step "the Debian package in the guest" \
                     cargo test --no-fail-fast --test guest_package -- --ignored "$@"
                 # Powers the guest off: last.

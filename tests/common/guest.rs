@@ -12,10 +12,18 @@ use std::io::Write;
 use serde_json::Value;
 use testkit::env::EnvFile;
 
+use super::cluster::Cluster;
+
 pub const BIN: &str = env!("CARGO_BIN_EXE_crilet");
 pub const GUEST_ENV: &str = "/var/lib/crilet-dev/guest-run/env";
 /// TCG runs the guest several times slower than the host: waits are generous.
 pub const SLOW: Duration = Duration::from_secs(180);
+
+/// The Node the guest joins the cluster as ([`Guest::join`]).
+pub const NODE: &str = "crilet-guest";
+/// The guest's kubelet API port: not forwarded out, and unlike any host node's, so the API
+/// server's calls to it (logs, exec) fail plainly instead of reaching another node.
+pub const GUEST_KUBELET_PORT: u16 = 10260;
 
 pub struct Guest {
     pub env: EnvFile,
@@ -28,18 +36,19 @@ impl Guest {
         let g = Guest { env: EnvFile::load(GUEST_ENV, "boot the guest first: hack/guest.sh up") };
         g.install();
         g.ok("systemctl is-active --quiet crilet || systemctl start crilet");
+        // What a test may have changed: the unit's drop-ins (a cluster node's among them: its
+        // API pods are not the next test's), containerd's cgroup driver.
+        g.ok("if ls /run/systemd/system/crilet.service.d/*.conf >/dev/null 2>&1; then rm -f /run/systemd/system/crilet.service.d/*.conf; systemctl daemon-reload; systemctl restart crilet; fi");
         g.ok("rm -f /etc/crilet/manifests/*");
         g.wait(
             "no pod left from an earlier test",
             SLOW,
             "[ \"$(crilet get pods -o json | grep -c '\"uid\"')\" = 0 ]",
         );
-        // What a test may have changed: containerd's cgroup driver, the unit's drop-ins.
         g.ok(&format!(
             "if grep -q 'SystemdCgroup = true' /etc/containerd/config.toml; then {}; fi",
             driver_switch(false)
         ));
-        g.ok("if ls /run/systemd/system/crilet.service.d/*.conf >/dev/null 2>&1; then rm -f /run/systemd/system/crilet.service.d/*.conf; systemctl daemon-reload; systemctl restart crilet; fi");
         g
     }
 
@@ -197,9 +206,93 @@ impl Guest {
         self.pod(name)
     }
 
+    /// Joins the guest's crilet to `hack/cluster.sh`'s control plane as [`NODE`], with `extra`
+    /// flags: the node's identity from `hack/cluster.sh node`, its kubeconfig pointed at the
+    /// guest's way to the host's API server (slirp's guestfwd), and the cluster flags in a
+    /// drop-in of crilet.service (ExecStart, so no other test's drop-in may set it meanwhile).
+    /// An earlier run's Node and pods are deleted first. The cluster and a new namespace.
+    pub fn join(&self, extra: &str) -> (Cluster, String) {
+        let cluster = Cluster::load();
+        let _ = cluster.kubectl(&[
+            "delete",
+            "pods",
+            "-A",
+            "--field-selector",
+            &format!("spec.nodeName={NODE}"),
+            "--force",
+            "--grace-period=0",
+        ]);
+        let _ = cluster.kubectl(&["delete", "node", NODE, "--wait=true"]);
+        let namespace = format!("{NODE}-{:04x}", fastrand::u16(..));
+        cluster.kubectl_ok(&["create", "namespace", &namespace]);
+        let id = cluster.node_identity(NODE);
+        let dir = self.share().join("node");
+        std::fs::create_dir_all(&dir).expect("the share's node dir");
+        let kubeconfig =
+            std::fs::read_to_string(&id["CRILET_NODE_KUBECONFIG"]).expect("the node's kubeconfig");
+        let server = id["CRILET_CLUSTER_SERVER"].as_str();
+        assert!(kubeconfig.contains(server), "the kubeconfig names {server}");
+        let guest_server = self.env.get("CRILET_GUEST_API_SERVER");
+        std::fs::write(dir.join("kubeconfig"), kubeconfig.replace(server, &guest_server))
+            .expect("kubeconfig");
+        for (from, to) in [
+            ("CRILET_NODE_TLS_CERT", "kubelet.crt"),
+            ("CRILET_NODE_TLS_KEY", "kubelet.key"),
+            ("CRILET_CLUSTER_CA", "ca.crt"),
+        ] {
+            std::fs::copy(&id[from], dir.join(to)).expect("the node's identity");
+        }
+        let flags = format!(
+            "--kubeconfig /etc/crilet/node/kubeconfig --node-name {NODE} --node-ip 127.0.0.1 --port {GUEST_KUBELET_PORT} --tls-cert-file /etc/crilet/node/kubelet.crt --tls-private-key-file /etc/crilet/node/kubelet.key --client-ca-file /etc/crilet/node/ca.crt --node-labels crilet.io/test={NODE} {extra}"
+        );
+        self.ok(&format!(
+            "install -d -m 0700 /etc/crilet/node && install -m 0600 /mnt/host/node/* /etc/crilet/node/ && mkdir -p /run/systemd/system/crilet.service.d && printf '[Service]\\nExecStart=\\nExecStart=/usr/local/bin/crilet run --config /etc/crilet/config.yaml {flags}\\nStandardOutput=journal+console\\n' >/run/systemd/system/crilet.service.d/cluster.conf && systemctl daemon-reload && systemctl restart crilet"
+        ));
+        let start = Instant::now();
+        loop {
+            let node = cluster.get_json(&["node", NODE]);
+            let ready = node.as_ref().is_some_and(|n| condition(n, "Ready")["status"] == "True");
+            let tainted = node.as_ref().is_some_and(|n| {
+                n["spec"]["taints"]
+                    .as_array()
+                    .is_some_and(|t| t.iter().any(|t| t["key"] == "node.kubernetes.io/not-ready"))
+            });
+            if ready && !tainted {
+                break;
+            }
+            assert!(
+                start.elapsed() < SLOW,
+                "the guest's Node {NODE} was not Ready within {SLOW:?}: {node:?}\nagent: {}",
+                self.ok("journalctl -u crilet --no-pager -n 40 || true")
+            );
+            std::thread::sleep(Duration::from_secs(1));
+        }
+        (cluster, namespace)
+    }
+
     /// The first line of a cgroup file under /sys/fs/cgroup.
     pub fn cgroup_file(&self, cgroup: &str, file: &str) -> String {
         self.ok(&format!("cat /sys/fs/cgroup{cgroup}/{file}"))
+    }
+}
+
+/// The condition of type `t` of an API object's status (Null when it has none).
+pub fn condition(obj: &Value, t: &str) -> Value {
+    obj["status"]["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == t).cloned())
+        .unwrap_or(Value::Null)
+}
+
+/// Polls `f` until it gives something; panics with `what` at the deadline.
+pub fn wait_until<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(start.elapsed() < limit, "timed out after {limit:?} waiting for {what}");
+        std::thread::sleep(Duration::from_secs(1));
     }
 }
 
@@ -227,13 +320,20 @@ pub fn container_id(pod: &Value, name: &str) -> String {
 /// with `false`, back on cgroupfs; the agent's flag then comes from the unit alone). No pod may
 /// run meanwhile: the two drivers do not share pods.
 pub fn driver_switch(systemd: bool) -> String {
-    let (from, to) = if systemd { ("false", "true") } else { ("true", "false") };
     let flag = if systemd {
         "mkdir -p /run/systemd/system/crilet.service.d && printf '[Service]\\nExecStart=\\nExecStart=/usr/local/bin/crilet run --config /etc/crilet/config.yaml --cgroup-driver systemd\\n' >/run/systemd/system/crilet.service.d/driver.conf"
     } else {
         "rm -f /run/systemd/system/crilet.service.d/driver.conf"
     };
+    runtime_driver_switch(systemd, flag)
+}
+
+/// The guest's shell commands that put containerd on the systemd cgroup driver (or back on
+/// cgroupfs), running `then` while crilet is stopped; crilet follows the driver containerd
+/// reports (CRI RuntimeConfig) unless a flag says otherwise. No pod may run meanwhile.
+pub fn runtime_driver_switch(systemd: bool, then: &str) -> String {
+    let (from, to) = if systemd { ("false", "true") } else { ("true", "false") };
     format!(
-        "systemctl stop crilet && sed -i 's/SystemdCgroup = {from}/SystemdCgroup = {to}/' /etc/containerd/config.toml && systemctl restart containerd && {flag} && systemctl daemon-reload && systemctl start crilet"
+        "systemctl stop crilet && sed -i 's/SystemdCgroup = {from}/SystemdCgroup = {to}/' /etc/containerd/config.toml && systemctl restart containerd && {then} && systemctl daemon-reload && systemctl start crilet"
     )
 }
