@@ -48,6 +48,8 @@ struct Merger {
     collisions: BTreeSet<String>,
     /// Each API pod's DesiredPod by UID, with the resourceVersion it was made from.
     desired: BTreeMap<String, (Option<String>, crate::model::DesiredPod)>,
+    /// The node is shutting down (graceful node shutdown): new pods are refused.
+    shutting_down: watch::Receiver<bool>,
 }
 
 fn is_terminal(phase: Option<&str>) -> bool {
@@ -102,7 +104,17 @@ impl Merger {
                     continue; // finished before this agent saw it: nothing to run
                 }
                 let known = self.runtime_uids.contains(&uid);
-                match (!known).then(|| admit::admit(pod, &self.room, self.used(files))).flatten() {
+                let verdict = if known {
+                    None
+                } else if *self.shutting_down.borrow() {
+                    Some(Rejection {
+                        reason: crate::pod::shutdown::NOT_ADMITTED_REASON.into(),
+                        message: crate::pod::shutdown::NOT_ADMITTED_MESSAGE.into(),
+                    })
+                } else {
+                    admit::admit(pod, &self.room, self.used(files))
+                };
+                match verdict {
                     Some(r) => {
                         info!(pod = %key, reason = %r.reason, message = %r.message, "pod rejected at admission");
                         self.registry.record("Warning", &key, None, &r.reason, r.message.clone());
@@ -187,6 +199,7 @@ pub async fn run(
     ledger: Ledger,
     out: watch::Sender<ManifestSet>,
     rejections: watch::Sender<Rejections>,
+    shutting_down: watch::Receiver<bool>,
     cancel: CancellationToken,
 ) {
     let mut m = Merger {
@@ -198,6 +211,7 @@ pub async fn run(
         rejected: BTreeMap::new(),
         collisions: BTreeSet::new(),
         desired: BTreeMap::new(),
+        shutting_down,
     };
     // The API's part of the last merge: a change of mirror pods alone (their status, written by
     // this node) changes nothing the merge reads.
@@ -329,18 +343,23 @@ mod tests {
     /// Admission and resizes count from one ledger: a static pod's allocation, entered by its
     /// worker, leaves no room for an API pod; once the worker frees it, the next one fits; and
     /// what admission enters is what a resize of another pod must fit beside.
-    #[test]
-    fn admission_counts_what_the_ledger_holds() {
-        let api_pod = |name: &str, uid: &str| {
-            let yaml = format!(
-                "metadata: {{name: {name}, namespace: default, uid: {uid}}}\n\
-                 spec: {{containers: [{{name: c, image: i, resources: {{requests: {{cpu: 300m, memory: 1Mi}}}}}}]}}"
-            );
-            let p: Pod = serde_yaml_ng::from_str(&yaml).expect("test pod");
-            (pods::key_of(&p), Arc::new(p))
-        };
-        let ledger = Ledger::default();
-        let mut m = Merger {
+    /// An API pod asking for 300m of cpu.
+    fn api_pod(name: &str, uid: &str) -> (crate::model::PodKey, Arc<Pod>) {
+        let yaml = format!(
+            "metadata: {{name: {name}, namespace: default, uid: {uid}}}\n\
+             spec: {{containers: [{{name: c, image: i, resources: {{requests: {{cpu: 300m, memory: 1Mi}}}}}}]}}"
+        );
+        let p: Pod = serde_yaml_ng::from_str(&yaml).expect("test pod");
+        (pods::key_of(&p), Arc::new(p))
+    }
+
+    fn api(list: Vec<(crate::model::PodKey, Arc<Pod>)>) -> ApiPods {
+        ApiPods { synced: true, pods: list.into_iter().collect() }
+    }
+
+    /// A merger for a node of 1000m with `ledger`, shutting down as `shutting_down` says.
+    fn merger(ledger: &Ledger, shutting_down: watch::Receiver<bool>) -> Merger {
+        Merger {
             registry: Registry::default(),
             room: NodeRoom {
                 name: "n1".into(),
@@ -355,14 +374,17 @@ mod tests {
             rejected: BTreeMap::new(),
             collisions: BTreeSet::new(),
             desired: BTreeMap::new(),
-        };
+            shutting_down,
+        }
+    }
+
+    #[test]
+    fn admission_counts_what_the_ledger_holds() {
+        let ledger = Ledger::default();
+        let mut m = merger(&ledger, watch::channel(false).1);
         // A static pod's worker holds 800m.
         ledger.set("static-1", Some((800, 0)));
         let files = ManifestSet::default();
-        let api = |list: Vec<(crate::model::PodKey, Arc<Pod>)>| ApiPods {
-            synced: true,
-            pods: list.into_iter().collect(),
-        };
 
         let set = m.merge(&files, &api(vec![api_pod("a", "u-a")]));
         assert!(set.pods.is_empty(), "300m beside the static pod's 800m does not fit in 1000m");
@@ -377,5 +399,30 @@ mod tests {
         let set = m.merge(&files, &api(vec![]));
         assert!(set.pods.is_empty());
         assert!(ledger.is_empty(), "a pod gone from the API server leaves the ledger");
+    }
+
+    /// Graceful node shutdown: a pod that arrives once the node is shutting down is refused
+    /// with the kubelet's reason; the pods admitted before keep their place (the shutdown stops
+    /// them, not admission).
+    #[test]
+    fn pods_arriving_while_the_node_shuts_down_are_refused() {
+        let ledger = Ledger::default();
+        let (shutting_tx, shutting) = watch::channel(false);
+        let mut m = merger(&ledger, shutting);
+        let files = ManifestSet::default();
+        let set = m.merge(&files, &api(vec![api_pod("a", "u-a")]));
+        assert_eq!(set.pods.len(), 1, "admitted before the shutdown");
+
+        shutting_tx.send(true).expect("receiver alive");
+        let set = m.merge(&files, &api(vec![api_pod("a", "u-a"), api_pod("b", "u-b")]));
+        assert_eq!(set.pods.keys().map(|k| k.name.as_str()).collect::<Vec<_>>(), ["a"]);
+        let (_, r) = m.rejected.get("u-b").expect("b rejected");
+        assert_eq!(r.reason, "NodeShutdown");
+        assert_eq!(r.message, "Pod was rejected as the node is shutting down.");
+
+        // A cancelled shutdown admits new pods again.
+        shutting_tx.send(false).expect("receiver alive");
+        let set = m.merge(&files, &api(vec![api_pod("a", "u-a"), api_pod("b", "u-b"), api_pod("c", "u-c")]));
+        assert_eq!(set.pods.keys().map(|k| k.name.as_str()).collect::<Vec<_>>(), ["a", "c"]);
     }
 }

@@ -176,6 +176,7 @@ pub fn start(
         let cri = cri.clone();
         let cancel = cancel.clone();
         let status_tasks = tasks.clone();
+        let shutting_down_node = shutting_down.clone();
         tasks.spawn("node registration and status", async move {
             let mut delay = Duration::from_millis(500);
             loop {
@@ -196,7 +197,7 @@ pub fn start(
                 }
                 delay = (delay * 2).min(Duration::from_secs(7));
             }
-            node_sync::run_status(link.clone(), cri, facts, shutting_down, &status_tasks, cancel.clone()).await;
+            node_sync::run_status(link.clone(), cri, facts, shutting_down_node, &status_tasks, cancel.clone()).await;
         });
     }
     tasks.spawn(
@@ -238,6 +239,7 @@ pub fn start(
             ledger,
             set_tx,
             rej_tx,
+            shutting_down,
             cancel.clone(),
         ),
     );

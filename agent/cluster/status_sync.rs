@@ -29,11 +29,17 @@ const RETRY: Duration = Duration::from_secs(1);
 const RECONCILE: Duration = Duration::from_secs(10);
 
 /// The strategic-merge patch of a pod's status as the node reports it; `None` fields are left
-/// out, conditions the node does not own are not sent (the API server keeps them).
+/// out, conditions the node does not own are not sent (the API server keeps them), except a
+/// `DisruptionTarget` of the node's own making (a pod stopped for the node's shutdown: the
+/// kubelet's status manager writes the conditions it shares with other writers when it has one).
 pub fn status_patch(uid: &str, status: &PodStatus, generation: Option<i64>) -> Value {
     let mut s = status.clone();
     if let Some(conds) = s.conditions.as_mut() {
-        conds.retain(|c| NODE_OWNED.contains(&c.type_.as_str()));
+        use crate::pod::shutdown::{DISRUPTED_BY_NODE, DISRUPTION_TARGET};
+        conds.retain(|c| {
+            NODE_OWNED.contains(&c.type_.as_str())
+                || (c.type_ == DISRUPTION_TARGET && c.reason.as_deref() == Some(DISRUPTED_BY_NODE))
+        });
         // The generation of the spec the status is about, as the kubelet reports it (pod
         // observedGeneration tracking, GA in 1.35).
         for c in conds.iter_mut() {
@@ -357,6 +363,39 @@ mod tests {
         ];
         for (name, pod, want) in cases {
             assert_eq!(api_contradicts(&pod, &ours), want, "{name}");
+        }
+    }
+
+    /// The patch sends the conditions the node owns, and a DisruptionTarget only when the node
+    /// made it (its shutdown); a controller's condition or an eviction's stays the API's.
+    #[test]
+    fn the_patch_sends_the_nodes_conditions_only() {
+        let with = |extra: PodCondition| {
+            let mut s = status("Failed", &[("Ready", "False")]);
+            s.conditions.as_mut().expect("conditions").push(extra);
+            s
+        };
+        let disruption =
+            |reason: &str| PodCondition { reason: Some(reason.into()), ..cond("DisruptionTarget", "True") };
+        let cases = [
+            (
+                "the node's shutdown",
+                with(disruption("TerminationByKubelet")),
+                vec!["Ready", "DisruptionTarget"],
+            ),
+            ("an eviction's", with(disruption("EvictionByEvictionAPI")), vec!["Ready"]),
+            ("a readiness gate's", with(cond("InPlaceUpdateReady", "False")), vec!["Ready"]),
+        ];
+        for (name, s, want) in cases {
+            let patch = status_patch("u", &s, None);
+            let sent: Vec<&str> = patch["status"]["conditions"]
+                .as_array()
+                .expect("conditions")
+                .iter()
+                .filter(|c| c["$patch"].is_null())
+                .filter_map(|c| c["type"].as_str())
+                .collect();
+            assert_eq!(sent, want, "{name}");
         }
     }
 

@@ -14,6 +14,14 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 /// `nodeShutdownReason`/`nodeShutdownMessage`).
 pub const REASON: &str = "Terminated";
 pub const MESSAGE: &str = "Pod was terminated in response to imminent node shutdown.";
+/// The rejection of a pod that arrives while the node shuts down (the kubelet's
+/// `nodeShutdownNotAdmittedReason`/`Message`).
+pub const NOT_ADMITTED_REASON: &str = "NodeShutdown";
+pub const NOT_ADMITTED_MESSAGE: &str = "Pod was rejected as the node is shutting down.";
+/// The condition a pod stopped for the shutdown carries (shared with the API server's
+/// evictions and the scheduler's preemptions), and this node's reason in it.
+pub const DISRUPTION_TARGET: &str = "DisruptionTarget";
+pub const DISRUPTED_BY_NODE: &str = "TerminationByKubelet";
 /// Why the Node is not ready meanwhile (the kubelet's `nodeShutdownManager.ShutdownStatus`).
 pub const NODE_NOT_READY: &str = "node is shutting down";
 /// `scheduling.SystemCriticalPriority`: pods at or above it are critical.
@@ -75,14 +83,14 @@ pub fn mark(status: &mut PodStatus, now: jiff::Timestamp) {
     let conditions = status.conditions.get_or_insert_with(Vec::new);
     let since = conditions
         .iter()
-        .find(|c| c.type_ == "DisruptionTarget" && c.status == "True")
+        .find(|c| c.type_ == DISRUPTION_TARGET && c.status == "True")
         .and_then(|c| c.last_transition_time.clone())
         .unwrap_or(Time(now));
-    conditions.retain(|c| c.type_ != "DisruptionTarget");
+    conditions.retain(|c| c.type_ != DISRUPTION_TARGET);
     conditions.push(PodCondition {
-        type_: "DisruptionTarget".into(),
+        type_: DISRUPTION_TARGET.into(),
         status: "True".into(),
-        reason: Some("TerminationByKubelet".into()),
+        reason: Some(DISRUPTED_BY_NODE.into()),
         message: Some(MESSAGE.into()),
         last_transition_time: Some(since),
         ..Default::default()

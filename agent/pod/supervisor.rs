@@ -61,6 +61,15 @@ struct Running {
     tx: watch::Sender<Desire>,
 }
 
+/// What graceful node shutdown (`systemd::logind`) asks of the supervisor.
+pub enum NodeShutdown {
+    /// The node is about to shut down: stop every pod, group by group, and say when done.
+    Stop(ShutdownRequest),
+    /// The shutdown was cancelled: pods may start again (those it stopped stay stopped, as the
+    /// kubelet leaves them Failed).
+    Cancelled,
+}
+
 /// The node is about to shut down: stop every pod, group by group (`pod::shutdown`), and say
 /// when done.
 pub struct ShutdownRequest {
@@ -90,9 +99,11 @@ pub struct Supervisor {
     /// Static pods resized in place: their new content UID maps to the running UID.
     carried: Carried,
     /// Graceful node shutdown's requests (`systemd::logind`), if it is on.
-    shutdown: Option<mpsc::Receiver<ShutdownRequest>>,
-    /// The node's pods were stopped for its shutdown: nothing starts any more.
+    shutdown: Option<mpsc::Receiver<NodeShutdown>>,
+    /// The node is shutting down: its pods were stopped, nothing starts until a cancel.
     shut_down: bool,
+    /// The UIDs of the pods stopped for a shutdown: they do not start again after a cancel.
+    stopped_for_shutdown: HashSet<String>,
 }
 
 impl Supervisor {
@@ -111,11 +122,12 @@ impl Supervisor {
             carried: Carried::default(),
             shutdown: None,
             shut_down: false,
+            stopped_for_shutdown: HashSet::new(),
         }
     }
 
     /// Graceful node shutdown: `requests` say when to stop every pod.
-    pub fn with_shutdown(mut self, requests: mpsc::Receiver<ShutdownRequest>) -> Self {
+    pub fn with_shutdown(mut self, requests: mpsc::Receiver<NodeShutdown>) -> Self {
         self.shutdown = Some(requests);
         self
     }
@@ -172,6 +184,10 @@ impl Supervisor {
     pub fn apply(&mut self, set: &ManifestSet) {
         if self.shut_down {
             return;
+        }
+        if !self.stopped_for_shutdown.is_empty() {
+            let live: HashSet<&str> = set.pods.values().map(|d| d.uid.as_str()).collect();
+            self.stopped_for_shutdown.retain(|uid| live.contains(uid.as_str()));
         }
         self.carry_resized(set);
         let carried = self.carried.apply(set);
@@ -235,6 +251,7 @@ impl Supervisor {
                 None if self.terminating.values().any(|(k, _)| k == key) => {
                     self.pending.insert(key.clone(), d.clone());
                 }
+                None if self.stopped_for_shutdown.contains(&d.uid) => {}
                 None => self.start(d.clone()),
             }
         }
@@ -468,9 +485,14 @@ impl Supervisor {
                     let Ok((key, uid)) = done else { continue };
                     self.finished(key, uid);
                 }
-                Some(request) = next_request(&mut self.shutdown) => {
-                    self.shut_down_pods(request, &mut beat).await;
-                }
+                Some(event) = next_request(&mut self.shutdown) => match event {
+                    NodeShutdown::Stop(request) => self.shut_down_pods(request, &mut beat).await,
+                    NodeShutdown::Cancelled => {
+                        info!(stopped = self.stopped_for_shutdown.len(), "node shutdown cancelled: pods may start again");
+                        self.shut_down = false;
+                        self.apply(&current);
+                    }
+                },
             }
         }
         // The agent is stopping: workers end without touching containers.
@@ -526,6 +548,7 @@ impl Supervisor {
                 let _ =
                     r.tx.send(Desire::Terminate { remove: false, grace: Some(grace), node_shutdown: true });
                 stopping.insert(r.uid.clone());
+                self.stopped_for_shutdown.insert(r.uid.clone());
                 self.terminating.insert(r.uid, (key, r.tx));
             }
             let period = tokio::time::sleep(group.period);
@@ -553,7 +576,7 @@ impl Supervisor {
 }
 
 /// The next shutdown request, or never without graceful node shutdown.
-async fn next_request(requests: &mut Option<mpsc::Receiver<ShutdownRequest>>) -> Option<ShutdownRequest> {
+async fn next_request(requests: &mut Option<mpsc::Receiver<NodeShutdown>>) -> Option<NodeShutdown> {
     match requests {
         Some(rx) => rx.recv().await,
         None => std::future::pending().await,

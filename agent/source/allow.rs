@@ -148,8 +148,10 @@ static SPEC: Table = Table {
         ("tolerations", Warn(SCHEDULING)),
         ("nodeSelector", Warn(SCHEDULING)),
         ("affinity", Warn(SCHEDULING)),
-        ("priority", Warn(SCHEDULING)),
-        ("priorityClassName", Warn(SCHEDULING)),
+        // Graceful node shutdown stops pods by priority (kubeadm's static pods set both, the
+        // class for their mirror pod's admission).
+        ("priority", Leaf),
+        ("priorityClassName", Leaf),
         ("preemptionPolicy", Warn(SCHEDULING)),
         ("schedulerName", Warn(SCHEDULING)),
         ("schedulingGates", Warn(SCHEDULING)),

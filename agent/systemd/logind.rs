@@ -19,7 +19,7 @@ use tracing::{error, info, warn};
 use zbus::zvariant::OwnedValue;
 
 use crate::pod::shutdown;
-use crate::pod::supervisor::ShutdownRequest;
+use crate::pod::supervisor::{NodeShutdown, ShutdownRequest};
 
 const LOGIND: &str = "org.freedesktop.login1";
 const LOGIND_PATH: &str = "/org/freedesktop/login1";
@@ -187,7 +187,7 @@ async fn take_lock(grace: Duration) -> Result<(Logind, zbus::MessageStream, Owne
 pub async fn run(
     grace: Duration,
     critical: Duration,
-    requests: mpsc::Sender<ShutdownRequest>,
+    requests: mpsc::Sender<NodeShutdown>,
     shutting_down: watch::Sender<bool>,
     cancel: CancellationToken,
 ) {
@@ -232,6 +232,7 @@ pub async fn run(
         if !start {
             info!("the node's shutdown was cancelled");
             let _ = shutting_down.send(false);
+            let _ = requests.send(NodeShutdown::Cancelled).await;
             if lock.is_none() {
                 match logind.inhibit().await {
                     Ok(l) => lock = Some(l),
@@ -245,7 +246,7 @@ pub async fn run(
         info!(grace_s = grace.as_secs(), "the node is shutting down: stopping its pods");
         let _ = shutting_down.send(true);
         let (done, stopped) = oneshot::channel();
-        if requests.send(ShutdownRequest { groups: groups.clone(), done }).await.is_ok() {
+        if requests.send(NodeShutdown::Stop(ShutdownRequest { groups: groups.clone(), done })).await.is_ok() {
             tokio::select! {
                 _ = cancel.cancelled() => return,
                 _ = stopped => {}
