@@ -14,8 +14,8 @@
 #        hack/guest.sh status         whether a guest runs
 # The guest's network is QEMU's user mode with restrict=on: it reaches nothing outside, and only
 # 127.0.0.1:$GUEST_SSH_PORT is forwarded in (to its sshd). Out, the guest reaches one thing of
-# the host: hack/cluster.sh's API server, at $GUEST_HOST_LOOPBACK (guestfwd, a socat per
-# connection: slirp's chardev form carries a single connection, made once at boot). Files go through the 9p share
+# the host: hack/cluster.sh's API server, at $GUEST_HOST_LOOPBACK (guestfwd's cmd form: one
+# socat to 127.0.0.1 per connection, so the agent's several connections each get their own). Files go through the 9p share
 # $GUEST_SHARE, mounted at /mnt/host inside. KVM does not work on these machines (PVM), so QEMU
 # runs on TCG: functional tests only, no timing assertions.
 # Needs the host's test images (hack/setup.sh builds them) and sid's containerd (fetched here
