@@ -15,9 +15,20 @@ use crate::recorder::Recorder;
 use crate::registry::Registry;
 use crate::volumes::VolumeManager;
 
-pub struct PodContext {
+/// What acting on the runtime needs: the runtime, and the recorder of what was done (events,
+/// timeline steps). All that stopping containers and pods takes (`pod::terminate`), and the
+/// base of the pod engine's other concerns. Cheaply cloned.
+#[derive(Clone)]
+pub struct Executor {
     /// The runtime every CRI call of the pod engine and the probes goes to.
     pub cri: Arc<dyn Runtime>,
+    /// Events, timeline steps and their metrics.
+    pub rec: Recorder,
+}
+
+pub struct PodContext {
+    /// The runtime and the recorder.
+    pub exec: Executor,
     pub node: NodeConfig,
     pub registry: Registry,
     pub image_backoff: Mutex<Backoff>,
@@ -34,8 +45,6 @@ pub struct PodContext {
     pub ledger: Ledger,
     /// Where pod starts, pulls, probes and published statuses are counted.
     pub metrics: Arc<Metrics>,
-    /// Events, timeline steps and their metrics.
-    pub rec: Recorder,
     /// The node's pod cgroups under its driver (`node.cgroup_driver`): named, made, changed and
     /// removed through it.
     pub cgroups: Arc<Cgroups>,
@@ -74,10 +83,9 @@ impl PodContext {
         metrics: Arc<Metrics>,
     ) -> Self {
         Self {
-            cri,
+            exec: Executor { cri, rec: Recorder::new(registry.clone(), metrics.clone()) },
             cgroups: Arc::new(Cgroups::new(node.cgroup_driver)),
             node,
-            rec: Recorder::new(registry.clone(), metrics.clone()),
             registry,
             image_backoff: Mutex::new(Backoff::image_pull()),
             pull_lock: AsyncMutex::new(()),
@@ -93,7 +101,7 @@ impl PodContext {
     /// it (see [`crate::pleg::RuntimeUids`]): a new pod's first sync goes straight to its sandbox.
     pub async fn observe(&self, uid: &str) -> Result<crate::model::ObservedPod, crate::cri::CriError> {
         if self.runtime_uids.may_have(uid) {
-            self.cri.observe(uid).await
+            self.exec.cri.observe(uid).await
         } else {
             Ok(crate::model::ObservedPod { uid: uid.to_string(), ..Default::default() })
         }

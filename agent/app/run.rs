@@ -222,7 +222,7 @@ pub(crate) async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
     }
     tasks.spawn(
         "pod cgroup sweep",
-        crilet::pod::cgroups::sweep_periodically(ctx.cri.clone(), ctx.cgroups.clone(), cancel.clone()),
+        crilet::pod::cgroups::sweep_periodically(ctx.exec.cri.clone(), ctx.cgroups.clone(), cancel.clone()),
     );
     tasks.spawn(
         "log rotation",

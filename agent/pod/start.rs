@@ -48,12 +48,17 @@ pub async fn create_sandbox(
     let config = sandbox_config(&ctx.node, d, attempt);
     let handler = d.pod.spec.as_ref().and_then(|s| s.runtime_class_name.clone()).unwrap_or_default();
     ctx.runtime_uids.claim(&d.uid);
-    let id = ctx.cri.run_sandbox(config, &handler).await.map_err(|e| {
-        ctx.rec.warning(&d.key, None, "FailedCreatePodSandBox", format!("Failed to create pod sandbox: {e}"));
+    let id = ctx.exec.cri.run_sandbox(config, &handler).await.map_err(|e| {
+        ctx.exec.rec.warning(
+            &d.key,
+            None,
+            "FailedCreatePodSandBox",
+            format!("Failed to create pod sandbox: {e}"),
+        );
         err("CreatePodSandboxError", e.to_string())
     })?;
     // Its IPs; the sync also follows the pod from this status (`publish_started`).
-    let status = ctx.cri.sandbox_status(&id).await.ok();
+    let status = ctx.exec.cri.sandbox_status(&id).await.ok();
     Ok((id, status))
 }
 
@@ -67,7 +72,7 @@ pub const FAILED_MOUNT: &str = "FailedMount";
 async fn prepare_volumes(ctx: &Shared, d: &DesiredPod) -> Result<(), StartError> {
     let Some(vm) = &ctx.volumes else { return Ok(()) };
     vm.prepare(&d.pod).await.map_err(|msg| {
-        ctx.rec.warning(&d.key, None, "FailedMount", msg.clone());
+        ctx.exec.rec.warning(&d.key, None, "FailedMount", msg.clone());
         err(FAILED_MOUNT, msg)
     })
 }
@@ -80,7 +85,7 @@ async fn env_sources(
 ) -> Result<Option<crate::volumes::EnvSources>, StartError> {
     let Some(vm) = &ctx.volumes else { return Ok(None) };
     vm.env_sources(&d.pod, c).await.map(Some).map_err(|msg| {
-        ctx.rec.warning(&d.key, Some(&c.name), "Failed", format!("Error: {msg}"));
+        ctx.exec.rec.warning(&d.key, Some(&c.name), "Failed", format!("Error: {msg}"));
         err("CreateContainerConfigError", msg)
     })
 }
@@ -181,7 +186,7 @@ pub async fn start_container(ctx: &Shared, req: &StartRequest<'_>) -> Result<Str
         None => ensure_image(ctx, d, c, req.sandbox_config, req.images_seen).await?,
     };
     verify_run_as_non_root(ctx, d, c, &image_ref).await.inspect_err(|e| {
-        ctx.rec.warning(&d.key, name, "Failed", format!("Error: {}", e.message));
+        ctx.exec.rec.warning(&d.key, name, "Failed", format!("Error: {}", e.message));
     })?;
     let restart_count = next_restart_count(ctx, req);
     let log_dir = pod_log_dir(&ctx.node, d).join(&c.name);
@@ -219,30 +224,33 @@ pub async fn start_container(ctx: &Shared, req: &StartRequest<'_>) -> Result<Str
     let config = container_config_with_env(&ctx.node, d, c, req.kind, &rv, mounts, api_env.as_ref())
         .map_err(|e| {
             // The kubelet's text: the event and status already name the container.
-            ctx.rec.warning(&d.key, name, "Failed", format!("Error: {}", e.reason));
+            ctx.exec.rec.warning(&d.key, name, "Failed", format!("Error: {}", e.reason));
             err("CreateContainerConfigError", e.reason)
         })?;
     let wanted_signal = api::Signal::try_from(config.stop_signal).unwrap_or(api::Signal::RuntimeDefault);
     let id =
-        ctx.cri.create_container(req.sandbox_id, config, req.sandbox_config.clone()).await.map_err(|e| {
-            ctx.rec.warning(&d.key, name, "Failed", format!("Error: {e}"));
-            err("CreateContainerError", e.to_string())
-        })?;
-    ctx.rec.normal(&d.key, name, "Created", format!("Created container: {}", c.name));
-    super::stop_signal::report_if_ignored(ctx, d, c, &id, req.sandbox_id, wanted_signal).await;
-    ctx.rec.step(&d.key, name, Step::now(StepKind::Created, &id, format!("restart {restart_count}")));
-    if let Err(e) = ctx.cri.start_container(&id).await {
-        ctx.rec.warning(&d.key, name, "Failed", format!("Error: {e}"));
+        ctx.exec.cri.create_container(req.sandbox_id, config, req.sandbox_config.clone()).await.map_err(
+            |e| {
+                ctx.exec.rec.warning(&d.key, name, "Failed", format!("Error: {e}"));
+                err("CreateContainerError", e.to_string())
+            },
+        )?;
+    ctx.exec.rec.normal(&d.key, name, "Created", format!("Created container: {}", c.name));
+    super::stop_signal::report_if_ignored(&ctx.exec, d, c, &id, req.sandbox_id, wanted_signal).await;
+    ctx.exec.rec.step(&d.key, name, Step::now(StepKind::Created, &id, format!("restart {restart_count}")));
+    if let Err(e) = ctx.exec.cri.start_container(&id).await {
+        ctx.exec.rec.warning(&d.key, name, "Failed", format!("Error: {e}"));
         return Err(err("RunContainerError", e.to_string()));
     }
-    ctx.rec.started(&d.key, &c.name, &id, restart_count);
+    ctx.exec.rec.started(&d.key, &c.name, &id, restart_count);
     link_legacy_log(ctx, d, &c.name, &id, &log_dir.join(format!("{restart_count}.log")));
     if let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
-        if let Err(msg) = run_handler(&*ctx.cri, &id, c, hook, req.pod_ips.first().map(String::as_str)).await
+        if let Err(msg) =
+            run_handler(&*ctx.exec.cri, &id, c, hook, req.pod_ips.first().map(String::as_str)).await
         {
             tracing::warn!(pod = %d.key, container = %c.name, error = %msg, "postStart hook failed");
-            ctx.rec.warning(&d.key, name, "FailedPostStartHook", format!("PostStartHook failed: {msg}"));
-            ctx.rec.step(
+            ctx.exec.rec.warning(&d.key, name, "FailedPostStartHook", format!("PostStartHook failed: {msg}"));
+            ctx.exec.rec.step(
                 &d.key,
                 name,
                 Step::now(StepKind::Killing, &id, format!("postStart hook failed: {msg}")),
@@ -250,7 +258,7 @@ pub async fn start_container(ctx: &Shared, req: &StartRequest<'_>) -> Result<Str
             // R8.2: the container is killed through the normal path (preStop and grace).
             let grace = spec::termination_grace(&d.pod);
             super::terminate::kill_one(
-                ctx,
+                &ctx.exec,
                 d,
                 c,
                 &id,
@@ -300,6 +308,7 @@ async fn verify_run_as_non_root(
         Some(u) => Some(u),
         None => {
             let img = ctx
+                .exec
                 .cri
                 .image_id(image_ref)
                 .await

@@ -28,7 +28,7 @@ impl Worker {
             state.images.retain(|n, img| desired_images.get(n) == Some(img));
             for (name, image) in state.images.clone() {
                 if let std::collections::btree_map::Entry::Vacant(e) = state.pulled.entry(name) {
-                    if let Ok(Some(img)) = ctx.cri.image_id(&image).await {
+                    if let Ok(Some(img)) = ctx.exec.cri.image_id(&image).await {
                         e.insert(PulledImage { id: img.id, repo_digests: img.repo_digests });
                     }
                 }
@@ -38,7 +38,7 @@ impl Worker {
                 state.blocked = None;
                 state.transition = jiff::Timestamp::now().to_string();
                 info!("in-place update complete");
-                ctx.rec.normal(
+                ctx.exec.rec.normal(
                     &key,
                     None,
                     "InPlaceUpdated",
@@ -71,7 +71,7 @@ impl Worker {
         }
         if !newly.is_empty() {
             info!(containers = ?newly, "updating container images in place");
-            ctx.rec.normal(
+            ctx.exec.rec.normal(
                 &key,
                 None,
                 "InPlaceUpdate",
@@ -79,7 +79,7 @@ impl Worker {
             );
             for (name, image) in &changed {
                 if update::floating_tag(image) {
-                    ctx.rec.warning(&key, Some(name), "FloatingTag", format!("Image \"{image}\" uses a floating tag: an in-place update cannot tell which version will run"));
+                    ctx.exec.rec.warning(&key, Some(name), "FloatingTag", format!("Image \"{image}\" uses a floating tag: an in-place update cannot tell which version will run"));
                 }
             }
         }
@@ -107,7 +107,7 @@ impl Worker {
                     continue;
                 };
                 match ensure_image(&ctx, &self.desired, &spec, &sb_config, None).await {
-                    Ok(_) => match ctx.cri.image_id(image).await {
+                    Ok(_) => match ctx.exec.cri.image_id(image).await {
                         Ok(Some(img)) => {
                             state.pull_errors.remove(image);
                             let pulled = PulledImage { id: img.id, repo_digests: img.repo_digests };

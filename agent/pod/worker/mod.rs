@@ -282,14 +282,14 @@ impl Worker {
     /// waits: `get pods`, `logs --previous` and conditions show what the agent just did.
     async fn sync(&mut self) -> Result<Option<i64>, crate::cri::CriError> {
         self.acted = false;
-        let since = self.ctx.cri.statuses_generation();
+        let since = self.ctx.exec.cri.statuses_generation();
         let result = self.sync_once().instrument(tracing::trace_span!("sync")).await;
         // The sync's own snapshot holds every object of the pod with the statuses read as it
         // made them: the observation below, and the syncs the runtime's events of those starts
         // wake, reuse them while the lists agree (anything the snapshot misses, or any state it
         // no longer shows, and the statuses are read again).
         if let Some(live) = self.live.take().filter(|_| result.is_ok()) {
-            self.ctx.cri.keep_statuses(since, live);
+            self.ctx.exec.cri.keep_statuses(since, live);
         }
         if self.acted {
             self.observe_and_publish(false).await;
@@ -325,7 +325,7 @@ impl Worker {
         });
         if let SyncPlan::Deadline { newly: true, .. } = decision {
             self.failed = Some(Failed::DeadlineExceeded);
-            ctx.rec.warning(
+            ctx.exec.rec.warning(
                 &self.desired.key,
                 None,
                 "DeadlineExceeded",
@@ -341,7 +341,8 @@ impl Worker {
                     let grace = termination_grace(&pod);
                     let deadline = self.begin_kill(grace).await;
                     let key = &self.desired.key;
-                    if kill_pod(&ctx, key, &pod, &observed, grace, deadline, "active deadline exceeded").await
+                    if kill_pod(&ctx.exec, key, &pod, &observed, grace, deadline, "active deadline exceeded")
+                        .await
                     {
                         self.end_kill();
                     }
@@ -387,7 +388,7 @@ impl Worker {
                 };
                 info!(reason = why, "killing pod");
                 let deadline = self.begin_kill(grace).await;
-                if kill_pod(&ctx, &key, &pod, &observed, grace, deadline, why).await {
+                if kill_pod(&ctx.exec, &key, &pod, &observed, grace, deadline, why).await {
                     self.end_kill();
                 }
             }
@@ -395,7 +396,7 @@ impl Worker {
                 return Ok(None);
             }
             if !observed.sandboxes.is_empty() {
-                ctx.rec.normal(
+                ctx.exec.rec.normal(
                     &key,
                     None,
                     "SandboxChanged",
@@ -405,7 +406,7 @@ impl Worker {
             // R2.7: the init sequence re-runs in the new sandbox.
             let is_init = |name: &str| containers.iter().any(|(c, k)| *k != Kind::App && c.name == name);
             for c in observed.containers.iter().filter(|c| is_init(&c.name)) {
-                if let Err(e) = ctx.cri.remove_container(&c.id).await {
+                if let Err(e) = ctx.exec.cri.remove_container(&c.id).await {
                     warn!(container = %c.name, error = %e, "removing init container instance failed");
                 }
             }
@@ -422,8 +423,8 @@ impl Worker {
             self.killed_by_agent.insert(k.id.clone());
             let new_image = self.update.as_ref().filter(|u| !u.done).and_then(|u| u.images.get(&k.name));
             let why = crate::timeline::kill_why(&k.message, new_image.map(String::as_str));
-            ctx.rec.step(&key, Some(&k.name), crate::timeline::Step::now(StepKind::Killing, &k.id, why));
-            kill_one(&ctx, &self.desired, spec, &k.id, g, &k.message, pod_ip.as_deref()).await;
+            ctx.exec.rec.step(&key, Some(&k.name), crate::timeline::Step::now(StepKind::Killing, &k.id, why));
+            kill_one(&ctx.exec, &self.desired, spec, &k.id, g, &k.message, pod_ip.as_deref()).await;
         }
 
         if let Some(at) = self.resize_actuate(&pod, &resize_actions).await {
@@ -446,7 +447,7 @@ impl Worker {
                 // `EnsureExists`; under systemd its slice, which the sandbox's scope goes in).
                 let name = crate::pod::spec::pod_cgroup_name(&pod, &self.desired.uid);
                 if let Err(e) = ctx.cgroups.ensure_pod(&name, &crate::pod::resize::pod_cgroup(&pod)).await {
-                    ctx.rec.warning(
+                    ctx.exec.rec.warning(
                         &self.desired.key,
                         None,
                         "FailedToCreatePodContainer",

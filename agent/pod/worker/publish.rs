@@ -101,7 +101,7 @@ impl Worker {
         for (name, step) in
             crate::timeline::status_steps(&self.desired.pod, self.status.as_ref(), &status, now)
         {
-            self.ctx.rec.step(&self.desired.key, Some(&name), step);
+            self.ctx.exec.rec.step(&self.desired.key, Some(&name), step);
         }
         self.status = Some(status);
     }
@@ -109,7 +109,7 @@ impl Worker {
     /// Observes the pod and publishes its status (after actions; errors only delay that to the
     /// next sync).
     pub(super) async fn observe_and_publish(&mut self, terminating: bool) {
-        match self.ctx.cri.observe(&self.desired.uid).await {
+        match self.ctx.exec.cri.observe(&self.desired.uid).await {
             Ok(observed) => {
                 self.read_termination_messages(&observed).await;
                 let pod = self.desired.pod.clone();
@@ -127,7 +127,7 @@ impl Worker {
         if self.live.is_none() {
             return;
         }
-        let started = match self.ctx.cri.container_status(id, sandbox_id).await {
+        let started = match self.ctx.exec.cri.container_status(id, sandbox_id).await {
             Ok(c) => c,
             Err(e) => {
                 // The snapshot no longer shows the pod as it is: nothing more is planned from it

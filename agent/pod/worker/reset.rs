@@ -42,7 +42,7 @@ impl Worker {
         self.save_backoff().await;
         let names: Vec<&str> = triggers.iter().map(|(s, _)| s.name.as_str()).collect();
         info!(exited = ?names, instances = reset.len(), "restarting all containers (RestartAllContainers)");
-        self.ctx.rec.normal(
+        self.ctx.exec.rec.normal(
             &key,
             None,
             "RestartAllContainers",
@@ -53,16 +53,16 @@ impl Worker {
         );
         for r in reset.iter().filter(|r| r.kill) {
             self.killed_by_agent.insert(r.id.clone());
-            self.ctx.rec.normal(
+            self.ctx.exec.rec.normal(
                 &key,
                 Some(&r.name),
                 "Killing",
                 format!("Stopping container {}: all containers restart", r.name),
             );
-            self.ctx.cri.stop_container(&r.id, Duration::ZERO).await?;
+            self.ctx.exec.cri.stop_container(&r.id, Duration::ZERO).await?;
         }
         for r in reset {
-            self.ctx.cri.remove_container(&r.id).await?;
+            self.ctx.exec.cri.remove_container(&r.id).await?;
         }
         // Nothing is left: come back at once to start the pod over.
         Ok(Some(now_ns()))

@@ -81,7 +81,7 @@ impl Worker {
                 self.resize.pending = None;
                 self.resize.progress = Some((jiff::Timestamp::now(), None));
                 let text = resize::event_text("started", &spec, None);
-                self.ctx.rec.normal(&self.desired.key, None, "ResizeStarted", text);
+                self.ctx.exec.rec.normal(&self.desired.key, None, "ResizeStarted", text);
                 a
             }
             Decision::Deferred(message) => {
@@ -126,7 +126,7 @@ impl Worker {
             return;
         }
         let text = resize::event_text(&reason.to_lowercase(), &self.desired.pod, Some(&message));
-        self.ctx.rec.warning(&self.desired.key, None, event, text);
+        self.ctx.exec.rec.warning(&self.desired.key, None, event, text);
         self.resize.pending = Some((reason.to_string(), message, jiff::Timestamp::now()));
     }
 
@@ -185,7 +185,7 @@ impl Worker {
                     self.resize.progress.as_ref().and_then(|(_, e)| e.as_deref()) == Some(error.as_str());
                 if !said {
                     let text = resize::event_text("error", running, Some(&error));
-                    self.ctx.rec.warning(&self.desired.key, None, "ResizeError", text);
+                    self.ctx.exec.rec.warning(&self.desired.key, None, "ResizeError", text);
                 }
                 if let Some((_, e)) = self.resize.progress.as_mut() {
                     *e = Some(error);
@@ -292,6 +292,7 @@ impl Worker {
             };
             info!(container = %u.name, resource, "resizing container");
             self.ctx
+                .exec
                 .cri
                 .update_container_resources(&u.id, resize::linux_resources(a))
                 .await
@@ -307,7 +308,7 @@ impl Worker {
             // The status published at the start of this sync still shows it in progress.
             self.acted = true;
             let text = resize::event_text("completed", running, None);
-            self.ctx.rec.normal(&self.desired.key, None, "ResizeCompleted", text);
+            self.ctx.exec.rec.normal(&self.desired.key, None, "ResizeCompleted", text);
         }
     }
 

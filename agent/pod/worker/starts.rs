@@ -23,7 +23,7 @@ impl Worker {
         let now = now_ns();
         if let Some((e, until)) = crash_backoff_wait(&self.crash_backoff, &self.desired, spec, observed, now)
         {
-            self.ctx.rec.warning(
+            self.ctx.exec.rec.warning(
                 &self.desired.key,
                 Some(&spec.name),
                 "BackOff",
