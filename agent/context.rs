@@ -26,6 +26,16 @@ pub struct Executor {
     pub rec: Recorder,
 }
 
+/// What the probes of every pod need: the runtime to run their checks and the recorder of their
+/// failures, the prober metrics, and when the agent started.
+pub struct ProbeContext {
+    pub exec: Executor,
+    pub metrics: Arc<Metrics>,
+    /// When the agent started (R6.2: probes of an agent that started less than one period ago
+    /// begin after a random fraction of the period).
+    pub started: std::time::Instant,
+}
+
 pub struct PodContext {
     /// The runtime and the recorder.
     pub exec: Executor,
@@ -33,9 +43,8 @@ pub struct PodContext {
     pub registry: Registry,
     pub image_backoff: Mutex<Backoff>,
     pub pull_lock: AsyncMutex<()>,
-    /// When the agent started (R6.2: probes of an agent that started less than one period ago
-    /// begin after a random fraction of the period).
-    pub started: std::time::Instant,
+    /// What the pod's probes run with.
+    pub probes: Arc<ProbeContext>,
     /// Cluster mode: the API-backed volumes and env of pods (`None`: static pods only, which
     /// cannot name API objects).
     pub volumes: Option<Arc<VolumeManager>>,
@@ -82,14 +91,19 @@ impl PodContext {
         ledger: Ledger,
         metrics: Arc<Metrics>,
     ) -> Self {
+        let exec = Executor { cri, rec: Recorder::new(registry.clone(), metrics.clone()) };
         Self {
-            exec: Executor { cri, rec: Recorder::new(registry.clone(), metrics.clone()) },
+            probes: Arc::new(ProbeContext {
+                exec: exec.clone(),
+                metrics: metrics.clone(),
+                started: std::time::Instant::now(),
+            }),
+            exec,
             cgroups: Arc::new(Cgroups::new(node.cgroup_driver)),
             node,
             registry,
             image_backoff: Mutex::new(Backoff::image_pull()),
             pull_lock: AsyncMutex::new(()),
-            started: std::time::Instant::now(),
             volumes: None,
             runtime_uids: Default::default(),
             ledger,

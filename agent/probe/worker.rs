@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::check::{Attempt, Target, run};
 use super::tracker::{Outcome, ProbeKind, ProbeResult, Tracker};
-use crate::context::{Shared, now_ns};
+use crate::context::{ProbeContext, now_ns};
 use crate::model::PodKey;
 
 /// Results of every probe of a pod, by (container ID, kind).
@@ -21,7 +21,7 @@ pub type Results = Arc<Mutex<HashMap<(String, ProbeKind), ProbeResult>>>;
 const MAX_TRIES: usize = 3;
 
 pub struct ProbeTask {
-    pub ctx: Shared,
+    pub ctx: Arc<ProbeContext>,
     pub key: PodKey,
     pub kind: ProbeKind,
     pub probe: Probe,

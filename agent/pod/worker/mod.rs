@@ -219,8 +219,14 @@ impl Worker {
     /// A worker for `initial`, carrying on from what an earlier agent saved under the pod's dir
     /// (back-off, status, in-place update, outside conditions, a kill under way).
     fn new(ctx: Shared, initial: DesiredPod, wake: Arc<Notify>, cancel: &CancellationToken) -> Self {
-        let probes =
-            ProbeManager::new(ctx.clone(), initial.key.clone(), &initial.uid, wake, cancel.child_token());
+        let probes = ProbeManager::new(
+            ctx.probes.clone(),
+            &ctx.node,
+            initial.key.clone(),
+            &initial.uid,
+            wake,
+            cancel.child_token(),
+        );
         let update = UpdateState::load(&update_state_path(&ctx, &initial.uid));
         let saved_conditions: Option<Vec<PodCondition>> = std::fs::read(conditions_path(&ctx, &initial.uid))
             .ok()
