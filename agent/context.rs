@@ -36,18 +36,42 @@ pub struct ProbeContext {
     pub started: std::time::Instant,
 }
 
+/// What images need: lookups and pulls by the pod's `imagePullPolicy` and pull secrets, with the
+/// node-wide pull back-off and one pull at a time (R11.3), counted in the pull metrics.
+pub struct ImageContext {
+    pub exec: Executor,
+    /// The node-wide image pull back-off, by pod UID and image.
+    pub backoff: Mutex<Backoff>,
+    /// Pulls are serialized (R11.3).
+    pub pull_lock: AsyncMutex<()>,
+    /// Cluster mode: the pods' pull secrets (`None`: static pods only).
+    pub volumes: Option<Arc<VolumeManager>>,
+    pub metrics: Arc<Metrics>,
+}
+
+/// What starting a pod's sandbox and its containers needs (`pod::start`): the node's layout, the
+/// pod's volumes and env sources, the images, and the UIDs the runtime holds (a new sandbox
+/// claims its UID).
+pub struct StartContext {
+    pub exec: Executor,
+    pub node: NodeConfig,
+    /// Cluster mode: the API-backed volumes and env of pods (`None`: static pods only, which
+    /// cannot name API objects).
+    pub volumes: Option<Arc<VolumeManager>>,
+    /// The pod UIDs the runtime may hold anything of (kept by the PLEG's relist).
+    pub runtime_uids: crate::pleg::RuntimeUids,
+    pub images: ImageContext,
+}
+
 pub struct PodContext {
     /// The runtime and the recorder.
     pub exec: Executor,
     pub node: NodeConfig,
     pub registry: Registry,
-    pub image_backoff: Mutex<Backoff>,
-    pub pull_lock: AsyncMutex<()>,
     /// What the pod's probes run with.
     pub probes: Arc<ProbeContext>,
-    /// Cluster mode: the API-backed volumes and env of pods (`None`: static pods only, which
-    /// cannot name API objects).
-    pub volumes: Option<Arc<VolumeManager>>,
+    /// Sandbox and container starts.
+    pub starts: StartContext,
     /// The pod UIDs the runtime may hold anything of (kept by the PLEG's relist).
     pub runtime_uids: crate::pleg::RuntimeUids,
     /// What every active pod holds, shared with admission: what a resize must fit beside.
@@ -62,53 +86,48 @@ pub struct PodContext {
 pub type Shared = Arc<PodContext>;
 
 impl PodContext {
+    /// The pod engine's context on `node`; `volumes`: cluster mode's API-backed volumes, env and
+    /// pull secrets (`None`: static pods only, which cannot name API objects).
     pub fn new(
         cri: Arc<dyn Runtime>,
         node: NodeConfig,
         registry: Registry,
         ledger: Ledger,
         metrics: Arc<Metrics>,
+        volumes: Option<Arc<VolumeManager>>,
     ) -> Shared {
-        Arc::new(Self::unshared(cri, node, registry, ledger, metrics))
-    }
-
-    /// Cluster mode: [`Self::new`] with API-backed volumes and env from `volumes`.
-    pub fn new_with_volumes(
-        cri: Arc<dyn Runtime>,
-        node: NodeConfig,
-        registry: Registry,
-        ledger: Ledger,
-        metrics: Arc<Metrics>,
-        volumes: Arc<VolumeManager>,
-    ) -> Shared {
-        Arc::new(Self { volumes: Some(volumes), ..Self::unshared(cri, node, registry, ledger, metrics) })
-    }
-
-    fn unshared(
-        cri: Arc<dyn Runtime>,
-        node: NodeConfig,
-        registry: Registry,
-        ledger: Ledger,
-        metrics: Arc<Metrics>,
-    ) -> Self {
         let exec = Executor { cri, rec: Recorder::new(registry.clone(), metrics.clone()) };
-        Self {
-            probes: Arc::new(ProbeContext {
-                exec: exec.clone(),
-                metrics: metrics.clone(),
-                started: std::time::Instant::now(),
-            }),
+        let runtime_uids = crate::pleg::RuntimeUids::default();
+        let images = ImageContext {
+            exec: exec.clone(),
+            backoff: Mutex::new(Backoff::image_pull()),
+            pull_lock: AsyncMutex::new(()),
+            volumes: volumes.clone(),
+            metrics: metrics.clone(),
+        };
+        let starts = StartContext {
+            exec: exec.clone(),
+            node: node.clone(),
+            volumes,
+            runtime_uids: runtime_uids.clone(),
+            images,
+        };
+        let probes = Arc::new(ProbeContext {
+            exec: exec.clone(),
+            metrics: metrics.clone(),
+            started: std::time::Instant::now(),
+        });
+        Arc::new(Self {
             exec,
             cgroups: Arc::new(Cgroups::new(node.cgroup_driver)),
             node,
             registry,
-            image_backoff: Mutex::new(Backoff::image_pull()),
-            pull_lock: AsyncMutex::new(()),
-            volumes: None,
-            runtime_uids: Default::default(),
+            probes,
+            starts,
+            runtime_uids,
             ledger,
             metrics,
-        }
+        })
     }
 
     /// The runtime's state of pod `uid`; without a CRI call when the runtime holds nothing of

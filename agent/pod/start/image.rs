@@ -2,6 +2,7 @@
 //! back-off and the pod's pull secrets (R11), one pull at a time.
 
 use super::*;
+use crate::context::ImageContext;
 
 /// What `ImageStatus` answered for each image, asked while the sandbox was being created.
 pub type ImagesSeen = HashMap<String, Option<api::Image>>;
@@ -9,7 +10,7 @@ pub type ImagesSeen = HashMap<String, Option<api::Image>>;
 /// Asks the runtime for each image at once. Done beside `RunPodSandbox` for the containers the
 /// same sync will start, so the sandbox's creation hides the lookups; an image whose lookup
 /// failed is simply asked again at its start.
-pub async fn look_up_images(ctx: &Shared, images: BTreeSet<String>) -> ImagesSeen {
+pub async fn look_up_images(ctx: &ImageContext, images: BTreeSet<String>) -> ImagesSeen {
     let lookups = images.into_iter().filter(|i| !i.is_empty()).map(|image| async move {
         let found = ctx.exec.cri.image_id(&image).await;
         found.ok().map(|img| (image, img))
@@ -20,7 +21,7 @@ pub async fn look_up_images(ctx: &Shared, images: BTreeSet<String>) -> ImagesSee
 /// Ensures the image per `imagePullPolicy` (R11.2, R7.11); returns the runtime's image ID.
 /// `seen` is what `ImageStatus` answered for it moments ago, in this sync ([`look_up_images`]).
 pub async fn ensure_image(
-    ctx: &Shared,
+    ctx: &ImageContext,
     d: &DesiredPod,
     c: &Container,
     sandbox_config: &api::PodSandboxConfig,
@@ -60,7 +61,7 @@ pub async fn ensure_image(
     }
     let key = format!("{}_{}", d.uid, image);
     let now = now_ns();
-    if let Ok(mut b) = ctx.image_backoff.lock() {
+    if let Ok(mut b) = ctx.backoff.lock() {
         // Entries unused for 2 × max are gone (they no longer change any decision).
         b.gc(now);
         if b.backoff_since_update(&key, now).is_some() {
@@ -85,7 +86,7 @@ pub async fn ensure_image(
     ctx.metrics.image_pulled(&d.uid, started);
     match result {
         Ok(_) => {
-            if let Ok(mut b) = ctx.image_backoff.lock() {
+            if let Ok(mut b) = ctx.backoff.lock() {
                 b.reset(&key);
             }
             ctx.exec.rec.normal(
@@ -104,7 +105,7 @@ pub async fn ensure_image(
             Ok(img.id)
         }
         Err(e) => {
-            if let Ok(mut b) = ctx.image_backoff.lock() {
+            if let Ok(mut b) = ctx.backoff.lock() {
                 b.next(&key, now, now);
             }
             let msg = format!("Failed to pull image \"{image}\": {e}");
@@ -118,7 +119,7 @@ pub async fn ensure_image(
 /// Pulls `image` with each matching credential in turn until one works (the kubelet's
 /// keyring order), or without any when none matches.
 pub(super) async fn pull_with_credentials(
-    ctx: &Shared,
+    ctx: &ImageContext,
     image: &str,
     sandbox_config: &api::PodSandboxConfig,
     credentials: Vec<crate::volumes::pull_secrets::Credential>,
@@ -144,7 +145,7 @@ pub(super) async fn pull_with_credentials(
 }
 
 /// The image an in-place update pulled, if the runtime still has it (else the normal pull path).
-pub(super) async fn pulled_image_present(ctx: &Shared, id: Option<&str>) -> Option<String> {
+pub(super) async fn pulled_image_present(ctx: &ImageContext, id: Option<&str>) -> Option<String> {
     let id = id.filter(|id| !id.is_empty())?;
     ctx.exec.cri.image_id(id).await.ok().flatten().map(|img| img.id)
 }

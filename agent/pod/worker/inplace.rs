@@ -106,7 +106,7 @@ impl Worker {
                 let Some((spec, _)) = all_containers(&pod).into_iter().find(|(c, _)| &c.name == name) else {
                     continue;
                 };
-                match ensure_image(&ctx, &self.desired, &spec, &sb_config, None).await {
+                match ensure_image(&ctx.starts.images, &self.desired, &spec, &sb_config, None).await {
                     Ok(_) => match ctx.exec.cri.image_id(image).await {
                         Ok(Some(img)) => {
                             state.pull_errors.remove(image);

@@ -462,14 +462,15 @@ impl Worker {
                     warn!(error = %e, "making the pod cgroup failed; retrying");
                     return Ok(Some(now_ns() + 10_000_000_000));
                 }
-                let sandbox = create_sandbox(&ctx, &self.desired, attempt)
+                let sandbox = create_sandbox(&ctx.starts, &self.desired, attempt)
                     .instrument(tracing::trace_span!("create_sandbox"));
                 // The images of this sync's starts are looked up while the sandbox is made.
                 let images = match follow {
                     true => containers.iter().filter_map(|(c, _)| c.image.clone()).collect(),
                     false => images_to_start(&the_plan, &containers),
                 };
-                let (made, seen) = futures::future::join(sandbox, look_up_images(&ctx, images)).await;
+                let (made, seen) =
+                    futures::future::join(sandbox, look_up_images(&ctx.starts.images, images)).await;
                 images_seen = Some(seen);
                 match made {
                     Ok((id, status)) => {

@@ -63,7 +63,7 @@ impl Worker {
             images_seen: sandbox.images_seen,
         };
         let span = tracing::trace_span!("start_container", kind = kind.as_str());
-        match start_container(&self.ctx, &req).instrument(span).await {
+        match start_container(&self.ctx.starts, &req).instrument(span).await {
             Ok(id) => {
                 self.start_errors.remove(&spec.name);
                 self.publish_started(&id, sandbox.id).await;

@@ -67,8 +67,14 @@ fn node(fake: FakeRuntime, pod: DesiredPod) -> Node {
     };
     let fake = Arc::new(fake);
     let runtime: Arc<dyn Runtime> = fake.clone();
-    let ctx =
-        PodContext::new(runtime, config, Registry::default(), Ledger::default(), Arc::new(Metrics::new()));
+    let ctx = PodContext::new(
+        runtime,
+        config,
+        Registry::default(),
+        Ledger::default(),
+        Arc::new(Metrics::new()),
+        None,
+    );
     let cancel = CancellationToken::new();
     let worker = Worker::new(ctx, pod, Arc::new(Notify::new()), &cancel);
     Node { fake, worker, cancel, _dir: dir }
