@@ -1,5 +1,9 @@
-//! What every pod worker shares: the runtime (the CRI client, or a test's in-memory one), node settings, the registry (status + events),
-//! the node-wide image pull back-off and the pull lock (pulls are serialized, R11.3).
+//! What the pod engine and the probes depend on, one struct per concern, each function taking the
+//! narrowest: the [`Executor`] (the runtime, the CRI client or a test's in-memory one, and the
+//! recorder) for kills, [`ImageContext`] for pulls (the node-wide back-off and pull lock, R11.3),
+//! [`StartContext`] for sandbox and container starts, [`ProbeContext`] for the probes, and
+//! [`WorkerContext`], which holds them with what a pod worker and the supervisor use themselves.
+//! Built once by the agent (`WorkerContext::new`) and shared by every worker.
 
 use std::sync::{Arc, Mutex};
 
@@ -63,10 +67,13 @@ pub struct StartContext {
     pub images: ImageContext,
 }
 
-pub struct PodContext {
+/// What the supervisor and its pod workers use: the concerns above, and the node's state the
+/// worker keeps (the registry's records and wakers, the ledger, the metrics, the pod cgroups).
+pub struct WorkerContext {
     /// The runtime and the recorder.
     pub exec: Executor,
     pub node: NodeConfig,
+    /// The agent's view of pods (published records, outside conditions, wakers).
     pub registry: Registry,
     /// What the pod's probes run with.
     pub probes: Arc<ProbeContext>,
@@ -83,9 +90,7 @@ pub struct PodContext {
     pub cgroups: Arc<Cgroups>,
 }
 
-pub type Shared = Arc<PodContext>;
-
-impl PodContext {
+impl WorkerContext {
     /// The pod engine's context on `node`; `volumes`: cluster mode's API-backed volumes, env and
     /// pull secrets (`None`: static pods only, which cannot name API objects).
     pub fn new(
@@ -95,7 +100,7 @@ impl PodContext {
         ledger: Ledger,
         metrics: Arc<Metrics>,
         volumes: Option<Arc<VolumeManager>>,
-    ) -> Shared {
+    ) -> Arc<Self> {
         let exec = Executor { cri, rec: Recorder::new(registry.clone(), metrics.clone()) };
         let runtime_uids = crate::pleg::RuntimeUids::default();
         let images = ImageContext {

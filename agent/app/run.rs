@@ -8,7 +8,7 @@ use anyhow::Context;
 use crilet::cgroup::CgroupDriver;
 use crilet::cri::CriClient;
 use crilet::pleg::{self, Wakers};
-use crilet::pod::context::PodContext;
+use crilet::pod::context::WorkerContext;
 use crilet::pod::spec::{HostDns, NodeConfig};
 use crilet::pod::supervisor::Supervisor;
 use crilet::registry::Registry;
@@ -171,7 +171,7 @@ pub(crate) async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
         }
         _ => None,
     };
-    let ctx = PodContext::new(
+    let ctx = WorkerContext::new(
         std::sync::Arc::new(cri.clone()),
         node,
         registry.clone(),

@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::carry::{Carried, in_place_edit};
-use super::context::Shared;
+use super::context::WorkerContext;
 use super::shutdown;
 use super::worker::{Desire, run_worker};
 use crate::model::{DesiredPod, ManifestSet, PodKey, PodSource, ProblemKind, keys};
@@ -70,7 +70,7 @@ pub struct ShutdownRequest {
 }
 
 pub struct Supervisor {
-    ctx: Shared,
+    ctx: Arc<WorkerContext>,
     wakers: Wakers,
     cancel: CancellationToken,
     running: BTreeMap<PodKey, Running>,
@@ -96,7 +96,7 @@ pub struct Supervisor {
 }
 
 impl Supervisor {
-    pub fn new(ctx: Shared, wakers: Wakers, cancel: CancellationToken) -> Self {
+    pub fn new(ctx: Arc<WorkerContext>, wakers: Wakers, cancel: CancellationToken) -> Self {
         Self {
             ctx,
             wakers,

@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::backoff::Backoff;
-use super::context::{Shared, now_ns};
+use super::context::{WorkerContext, now_ns};
 use super::plan::sync::{self, SyncPlan, earliest};
 use super::plan::{KillReason, PodKillReason, ProbeResults, gated_starts};
 use super::spec::{Kind, pod_dir, pod_log_dir, sandbox_config, termination_grace};
@@ -96,7 +96,7 @@ enum Failed {
 pub const LOG_DIR_ANNOTATION: &str = crate::model::keys::LOG_DIRECTORY;
 
 struct Worker {
-    ctx: Shared,
+    ctx: Arc<WorkerContext>,
     desired: DesiredPod,
     crash_backoff: Backoff,
     start_errors: BTreeMap<String, StartError>,
@@ -132,7 +132,7 @@ struct Worker {
 /// Runs a pod worker until its pod has terminated (or the agent stops). `synced` fires after the
 /// first sync (for systemd readiness).
 pub async fn run_worker(
-    ctx: Shared,
+    ctx: Arc<WorkerContext>,
     initial: DesiredPod,
     mut desire: watch::Receiver<Desire>,
     wake: Arc<Notify>,
@@ -218,7 +218,12 @@ pub async fn run_worker(
 impl Worker {
     /// A worker for `initial`, carrying on from what an earlier agent saved under the pod's dir
     /// (back-off, status, in-place update, outside conditions, a kill under way).
-    fn new(ctx: Shared, initial: DesiredPod, wake: Arc<Notify>, cancel: &CancellationToken) -> Self {
+    fn new(
+        ctx: Arc<WorkerContext>,
+        initial: DesiredPod,
+        wake: Arc<Notify>,
+        cancel: &CancellationToken,
+    ) -> Self {
         let probes = ProbeManager::new(
             ctx.probes.clone(),
             &ctx.node,
@@ -227,20 +232,21 @@ impl Worker {
             wake,
             cancel.child_token(),
         );
-        let update = UpdateState::load(&update_state_path(&ctx, &initial.uid));
-        let saved_conditions: Option<Vec<PodCondition>> = std::fs::read(conditions_path(&ctx, &initial.uid))
-            .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok());
+        let update = UpdateState::load(&update_state_path(&ctx.node, &initial.uid));
+        let saved_conditions: Option<Vec<PodCondition>> =
+            std::fs::read(conditions_path(&ctx.node, &initial.uid))
+                .ok()
+                .and_then(|b| serde_json::from_slice(&b).ok());
         if ctx.registry.external_conditions(&initial.key).is_empty() {
             for c in saved_conditions.iter().flatten() {
                 ctx.registry.set_external_condition(&initial.key, c.clone(), false);
             }
         }
-        let crash_backoff = match std::fs::read(backoff_path(&ctx, &initial.uid)) {
+        let crash_backoff = match std::fs::read(backoff_path(&ctx.node, &initial.uid)) {
             Ok(json) => Backoff::crash_loop().with_json(&json),
             Err(_) => Backoff::crash_loop(),
         };
-        let saved_status = std::fs::read(status_path(&ctx, &initial.uid)).ok();
+        let saved_status = std::fs::read(status_path(&ctx.node, &initial.uid)).ok();
         let status: Option<PodStatus> = saved_status.as_deref().and_then(|b| serde_json::from_slice(b).ok());
         let kill_saved = crate::pod::terminate::saved_kill_path(&pod_dir(&ctx.node, &initial.uid)).exists();
         ctx.metrics.pod_seen(&initial.uid, status.as_ref());

@@ -3,11 +3,12 @@
 //! and a pod kill's deadline.
 
 use super::*;
+use crate::node::NodeConfig;
 
 impl Worker {
     pub(super) async fn save_backoff(&self) {
         let Some(json) = self.crash_backoff.to_json() else { return };
-        let path = backoff_path(&self.ctx, &self.desired.uid);
+        let path = backoff_path(&self.ctx.node, &self.desired.uid);
         if let Err(e) = crate::checkpoint::write_async(path, json).await {
             debug!(error = %crate::error_chain(&e), "saving the crash-loop back-off failed");
         }
@@ -19,7 +20,7 @@ impl Worker {
         if self.saved_status.as_deref() == Some(json.as_slice()) {
             return;
         }
-        let path = status_path(&self.ctx, &self.desired.uid);
+        let path = status_path(&self.ctx.node, &self.desired.uid);
         let write = crate::checkpoint::write_async(path, json.clone());
         match write.instrument(tracing::trace_span!("save_status")).await {
             Ok(()) => self.saved_status = Some(json),
@@ -29,7 +30,7 @@ impl Worker {
 
     pub(super) async fn save_update(&self) {
         if let Some(u) = &self.update {
-            if let Err(e) = u.save(update_state_path(&self.ctx, &self.desired.uid)).await {
+            if let Err(e) = u.save(update_state_path(&self.ctx.node, &self.desired.uid)).await {
                 warn!(error = %crate::error_chain(&e), "saving the in-place update state failed");
             }
         }
@@ -61,29 +62,29 @@ impl Worker {
 
 /// Where a pod's outside conditions are saved: they live only in the agent (no API server), so
 /// a restarted agent reloads them instead of flapping `Ready` (DESIGN: no readiness flap).
-pub(super) fn conditions_path(ctx: &Shared, uid: &str) -> std::path::PathBuf {
-    pod_dir(&ctx.node, uid).join("conditions.json")
+pub(super) fn conditions_path(node: &NodeConfig, uid: &str) -> std::path::PathBuf {
+    pod_dir(node, uid).join("conditions.json")
 }
 
 /// Where a pod's last published status is saved: the kubelet carries restartCount and lastState
 /// forward from the status it published (kept by the API server); crilet keeps its own, so a
 /// restarted agent still knows the last state of an instance the runtime has removed since.
-pub(super) fn status_path(ctx: &Shared, uid: &str) -> std::path::PathBuf {
-    pod_dir(&ctx.node, uid).join("status.json")
+pub(super) fn status_path(node: &NodeConfig, uid: &str) -> std::path::PathBuf {
+    pod_dir(node, uid).join("status.json")
 }
 
 /// Where a pod's crash-loop back-off is saved: restarting the agent must not restart a
 /// crash-looping container early.
-pub(super) fn backoff_path(ctx: &Shared, uid: &str) -> std::path::PathBuf {
-    pod_dir(&ctx.node, uid).join("crash-backoff.json")
+pub(super) fn backoff_path(node: &NodeConfig, uid: &str) -> std::path::PathBuf {
+    pod_dir(node, uid).join("crash-backoff.json")
 }
 
-pub(super) fn update_state_path(ctx: &Shared, uid: &str) -> std::path::PathBuf {
-    pod_dir(&ctx.node, uid).join("inplace-update.json")
+pub(super) fn update_state_path(node: &NodeConfig, uid: &str) -> std::path::PathBuf {
+    pod_dir(node, uid).join("inplace-update.json")
 }
 
 /// Where a pod's allocation (KEP-1287: the resources it was admitted or last resized to) is
 /// saved: containers are started with it, also after an agent restart.
-pub(super) fn allocation_path(ctx: &Shared, uid: &str) -> std::path::PathBuf {
-    pod_dir(&ctx.node, uid).join("allocation.json")
+pub(super) fn allocation_path(node: &NodeConfig, uid: &str) -> std::path::PathBuf {
+    pod_dir(node, uid).join("allocation.json")
 }

@@ -30,7 +30,7 @@ impl Worker {
         let ctx = &self.ctx;
         let external = ctx.registry.external_conditions(&self.desired.key);
         if self.saved_conditions.as_deref().unwrap_or_default() != external.as_slice() {
-            let path = conditions_path(ctx, &self.desired.uid);
+            let path = conditions_path(&ctx.node, &self.desired.uid);
             let written = crate::checkpoint::write_json_async(path, &external).await.is_ok();
             if written {
                 self.saved_conditions = Some(external.clone());

@@ -53,7 +53,7 @@ impl Worker {
         }
         let alloc = match self.resize.alloc.take() {
             Some(a) => a,
-            None => match std::fs::read(allocation_path(&self.ctx, &self.desired.uid))
+            None => match std::fs::read(allocation_path(&self.ctx.node, &self.desired.uid))
                 .ok()
                 .and_then(|b| serde_json::from_slice::<Allocation>(&b).ok())
             {
@@ -132,7 +132,7 @@ impl Worker {
 
     /// A durable write (fsynced): on the blocking pool, awaited.
     async fn save_allocation(&self, a: &Allocation) -> bool {
-        let path = allocation_path(&self.ctx, &self.desired.uid);
+        let path = allocation_path(&self.ctx.node, &self.desired.uid);
         let saved = crate::checkpoint::write_json_async(path, a).await;
         if let Err(e) = &saved {
             // The pod's dir is made with its sandbox; until then the allocation lives in memory
