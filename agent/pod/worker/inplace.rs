@@ -21,7 +21,7 @@ impl Worker {
             .map(|(c, _)| (c.name.clone(), c.image.unwrap_or_default()))
             .collect();
         if changed.is_empty() {
-            let Some(state) = self.update.as_mut().filter(|u| !u.done) else {
+            let Some(state) = self.saved.update.as_mut().filter(|u| !u.done) else {
                 return (BTreeSet::new(), None);
             };
             // A container edited back to what it runs is no longer part of the update.
@@ -51,15 +51,15 @@ impl Worker {
         }
 
         // Start an update, or fold a newer edit into the one under way (the newest spec wins).
-        let fresh = self.update.as_ref().is_none_or(|u| u.done);
+        let fresh = self.saved.update.as_ref().is_none_or(|u| u.done);
         if fresh {
-            self.update = Some(UpdateState {
+            self.saved.update = Some(UpdateState {
                 started_ns: now,
                 transition: jiff::Timestamp::now().to_string(),
                 ..Default::default()
             });
         }
-        let Some(state) = self.update.as_mut() else { return (BTreeSet::new(), None) };
+        let Some(state) = self.saved.update.as_mut() else { return (BTreeSet::new(), None) };
         state.images.retain(|n, img| desired_images.get(n) == Some(img));
         let mut newly: Vec<String> = Vec::new();
         for (name, image) in &changed {

@@ -30,14 +30,14 @@ impl Worker {
             .collect();
         for (spec, _) in &triggers {
             if let Some((_, until)) =
-                crash_backoff_wait(&self.crash_backoff, &self.desired, spec, observed, now)
+                crash_backoff_wait(&self.saved.crash_backoff, &self.desired, spec, observed, now)
             {
                 debug!(container = %spec.name, "restart of all containers waits for its back-off");
                 return Ok(Some(until));
             }
         }
         for (spec, finished_at) in &triggers {
-            self.crash_backoff.next(&backoff_key(spec), *finished_at, now);
+            self.saved.crash_backoff.next(&backoff_key(spec), *finished_at, now);
         }
         self.save_backoff().await;
         let names: Vec<&str> = triggers.iter().map(|(s, _)| s.name.as_str()).collect();
@@ -52,7 +52,7 @@ impl Worker {
             ),
         );
         for r in reset.iter().filter(|r| r.kill) {
-            self.killed_by_agent.insert(r.id.clone());
+            self.tracked.killed_by_agent.insert(r.id.clone());
             self.ctx.exec.rec.normal(
                 &key,
                 Some(&r.name),
