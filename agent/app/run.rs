@@ -8,7 +8,7 @@ use anyhow::Context;
 use crilet::cgroup::CgroupDriver;
 use crilet::cri::CriClient;
 use crilet::pleg::{self, Wakers};
-use crilet::pod::context::PodContext;
+use crilet::pod::context::WorkerContext;
 use crilet::pod::spec::{HostDns, NodeConfig};
 use crilet::pod::supervisor::Supervisor;
 use crilet::registry::Registry;
@@ -155,7 +155,8 @@ pub(crate) async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
     };
     // What the node's pods hold: admission and resizes count from the same ledger.
     let ledger = crilet::ledger::Ledger::default();
-    let ctx = match (&link, &s.cluster) {
+    // Cluster mode: the API-backed volumes, env and pull secrets of pods.
+    let volumes = match (&link, &s.cluster) {
         (Some(link), Some(c)) => {
             let (objects, services) = crilet::volumes::KubeObjects::new(link.client.clone());
             tasks.spawn("service watch", services);
@@ -166,24 +167,18 @@ pub(crate) async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
                 crilet::cluster::allocatable(&c.config),
                 c.sync_frequency,
             );
-            PodContext::new_with_volumes(
-                std::sync::Arc::new(cri.clone()),
-                node,
-                registry.clone(),
-                ledger.clone(),
-                metrics.clone(),
-                std::sync::Arc::new(volumes),
-            )
+            Some(std::sync::Arc::new(volumes))
         }
-        _ => PodContext::new(
-            std::sync::Arc::new(cri.clone()),
-            node,
-            registry.clone(),
-            ledger.clone(),
-            metrics.clone(),
-        ),
+        _ => None,
     };
-    let ctx_volumes = ctx.volumes.clone();
+    let ctx = WorkerContext::new(
+        std::sync::Arc::new(cri.clone()),
+        node,
+        registry.clone(),
+        ledger.clone(),
+        metrics.clone(),
+        volumes.clone(),
+    );
     let pleg_state = std::sync::Arc::new(pleg::PlegState::new(metrics.clone()));
     {
         let info = crilet::api::RuntimeInfo {
@@ -222,7 +217,7 @@ pub(crate) async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
     }
     tasks.spawn(
         "pod cgroup sweep",
-        crilet::pod::cgroups::sweep_periodically(ctx.cri.clone(), ctx.cgroups.clone(), cancel.clone()),
+        crilet::pod::cgroups::sweep_periodically(ctx.exec.cri.clone(), ctx.cgroups.clone(), cancel.clone()),
     );
     tasks.spawn(
         "log rotation",
@@ -275,7 +270,7 @@ pub(crate) async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
                 &tasks,
                 link,
                 &c.config,
-                ctx_volumes.clone().map(|v| (v, c.sync_frequency)),
+                volumes.clone().map(|v| (v, c.sync_frequency)),
                 cri.clone(),
                 format!("{}://{}", runtime.name, runtime.version),
                 runtime_uids,

@@ -3,7 +3,7 @@
 //! both on `--metrics-bind-address`.
 //!
 //! The agent makes one [`Metrics`] and hands it to what records: the CRI client (as its
-//! `CallObserver`), the PLEG (`PlegState`), and the pod and probe workers (`PodContext`);
+//! `CallObserver`), the PLEG (`PlegState`), and the pod workers, images and probes (`WorkerContext`, `ImageContext`, `ProbeContext`);
 //! prometheus-client's families are internally synchronized. Recording allocates nothing
 //! beyond a label set (the CRI and PLEG ones are `&'static str`; probe workers build theirs once)
 //! and no lock is held across an await. The decisions (start latency, runtime counts, health)

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use k8s_openapi::api::core::v1::Container;
 
 use super::backoff::Backoff;
-use super::context::{Shared, now_ns};
+use super::context::{StartContext, now_ns};
 use super::hash::container_hash;
 use super::hooks::run_handler;
 use super::spec::{
@@ -17,6 +17,7 @@ use super::spec::{
 };
 use crate::cri::api;
 use crate::model::{ContainerState, DesiredPod, ObservedPod};
+use crate::node::NodeConfig;
 use crate::status::StartError;
 use crate::timeline::{Step, StepKind};
 
@@ -35,7 +36,7 @@ fn err(reason: &str, message: impl Into<String>) -> StartError {
 /// Creates the sandbox (R1.1): log directory first, then `RunPodSandbox`, then its status for
 /// the pod IPs. Returns (sandbox ID, pod IPs).
 pub async fn create_sandbox(
-    ctx: &Shared,
+    ctx: &StartContext,
     d: &DesiredPod,
     attempt: u32,
 ) -> Result<(String, Option<crate::model::ObservedSandbox>), StartError> {
@@ -48,12 +49,17 @@ pub async fn create_sandbox(
     let config = sandbox_config(&ctx.node, d, attempt);
     let handler = d.pod.spec.as_ref().and_then(|s| s.runtime_class_name.clone()).unwrap_or_default();
     ctx.runtime_uids.claim(&d.uid);
-    let id = ctx.cri.run_sandbox(config, &handler).await.map_err(|e| {
-        ctx.rec.warning(&d.key, None, "FailedCreatePodSandBox", format!("Failed to create pod sandbox: {e}"));
+    let id = ctx.exec.cri.run_sandbox(config, &handler).await.map_err(|e| {
+        ctx.exec.rec.warning(
+            &d.key,
+            None,
+            "FailedCreatePodSandBox",
+            format!("Failed to create pod sandbox: {e}"),
+        );
         err("CreatePodSandboxError", e.to_string())
     })?;
     // Its IPs; the sync also follows the pod from this status (`publish_started`).
-    let status = ctx.cri.sandbox_status(&id).await.ok();
+    let status = ctx.exec.cri.sandbox_status(&id).await.ok();
     Ok((id, status))
 }
 
@@ -64,23 +70,23 @@ pub const FAILED_MOUNT: &str = "FailedMount";
 /// The pod's configMap, secret, downwardAPI and projected volumes are written before anything
 /// uses them (the kubelet waits for its volumes before the sandbox). A failure is a FailedMount
 /// event, and a `FAILED_MOUNT` error.
-async fn prepare_volumes(ctx: &Shared, d: &DesiredPod) -> Result<(), StartError> {
+async fn prepare_volumes(ctx: &StartContext, d: &DesiredPod) -> Result<(), StartError> {
     let Some(vm) = &ctx.volumes else { return Ok(()) };
     vm.prepare(&d.pod).await.map_err(|msg| {
-        ctx.rec.warning(&d.key, None, "FailedMount", msg.clone());
+        ctx.exec.rec.warning(&d.key, None, "FailedMount", msg.clone());
         err(FAILED_MOUNT, msg)
     })
 }
 
 /// The ConfigMaps and Secrets the container's env names, read before its config is built.
 async fn env_sources(
-    ctx: &Shared,
+    ctx: &StartContext,
     d: &DesiredPod,
     c: &Container,
 ) -> Result<Option<crate::volumes::EnvSources>, StartError> {
     let Some(vm) = &ctx.volumes else { return Ok(None) };
     vm.env_sources(&d.pod, c).await.map(Some).map_err(|msg| {
-        ctx.rec.warning(&d.key, Some(&c.name), "Failed", format!("Error: {msg}"));
+        ctx.exec.rec.warning(&d.key, Some(&c.name), "Failed", format!("Error: {msg}"));
         err("CreateContainerConfigError", msg)
     })
 }
@@ -148,12 +154,10 @@ pub struct StartRequest<'a> {
 }
 
 /// R1.14: the restart count of the new instance.
-fn next_restart_count(ctx: &Shared, req: &StartRequest<'_>) -> u32 {
+fn next_restart_count(node: &NodeConfig, req: &StartRequest<'_>) -> u32 {
     match req.observed.newest(&req.spec.name) {
         Some(c) => c.restart_count + 1,
-        None => {
-            restart_count_from_logs(&pod_log_dir(&ctx.node, req.desired).join(&req.spec.name)).unwrap_or(0)
-        }
+        None => restart_count_from_logs(&pod_log_dir(node, req.desired).join(&req.spec.name)).unwrap_or(0),
     }
 }
 
@@ -172,18 +176,18 @@ fn pid_target(req: &StartRequest<'_>) -> Option<String> {
 
 /// Pulls, creates and starts one container, then runs its postStart hook (R1.8, R8.1).
 /// Returns the new container ID.
-pub async fn start_container(ctx: &Shared, req: &StartRequest<'_>) -> Result<String, StartError> {
+pub async fn start_container(ctx: &StartContext, req: &StartRequest<'_>) -> Result<String, StartError> {
     let d = req.desired;
     let c = req.spec;
     let name = Some(c.name.as_str());
-    let image_ref = match pulled_image_present(ctx, req.pulled_image).await {
+    let image_ref = match pulled_image_present(&ctx.images, req.pulled_image).await {
         Some(id) => id,
-        None => ensure_image(ctx, d, c, req.sandbox_config, req.images_seen).await?,
+        None => ensure_image(&ctx.images, d, c, req.sandbox_config, req.images_seen).await?,
     };
-    verify_run_as_non_root(ctx, d, c, &image_ref).await.inspect_err(|e| {
-        ctx.rec.warning(&d.key, name, "Failed", format!("Error: {}", e.message));
+    verify_run_as_non_root(&*ctx.exec.cri, d, c, &image_ref).await.inspect_err(|e| {
+        ctx.exec.rec.warning(&d.key, name, "Failed", format!("Error: {}", e.message));
     })?;
-    let restart_count = next_restart_count(ctx, req);
+    let restart_count = next_restart_count(&ctx.node, req);
     let log_dir = pod_log_dir(&ctx.node, d).join(&c.name);
     mkdir(&log_dir, 0o755)
         .map_err(|e| err("CreateContainerConfigError", format!("creating {}: {e}", log_dir.display())))?;
@@ -208,7 +212,7 @@ pub async fn start_container(ctx: &Shared, req: &StartRequest<'_>) -> Result<Str
     } else {
         Vec::new()
     };
-    let (mounts, termination_file) = prepare_mounts(ctx, req, &mount_env)?;
+    let (mounts, termination_file) = prepare_mounts(&ctx.node, req, &mount_env)?;
     let rv = RuntimeValues {
         pod_ips: req.pod_ips.to_vec(),
         image_ref,
@@ -219,30 +223,33 @@ pub async fn start_container(ctx: &Shared, req: &StartRequest<'_>) -> Result<Str
     let config = container_config_with_env(&ctx.node, d, c, req.kind, &rv, mounts, api_env.as_ref())
         .map_err(|e| {
             // The kubelet's text: the event and status already name the container.
-            ctx.rec.warning(&d.key, name, "Failed", format!("Error: {}", e.reason));
+            ctx.exec.rec.warning(&d.key, name, "Failed", format!("Error: {}", e.reason));
             err("CreateContainerConfigError", e.reason)
         })?;
     let wanted_signal = api::Signal::try_from(config.stop_signal).unwrap_or(api::Signal::RuntimeDefault);
     let id =
-        ctx.cri.create_container(req.sandbox_id, config, req.sandbox_config.clone()).await.map_err(|e| {
-            ctx.rec.warning(&d.key, name, "Failed", format!("Error: {e}"));
-            err("CreateContainerError", e.to_string())
-        })?;
-    ctx.rec.normal(&d.key, name, "Created", format!("Created container: {}", c.name));
-    super::stop_signal::report_if_ignored(ctx, d, c, &id, req.sandbox_id, wanted_signal).await;
-    ctx.rec.step(&d.key, name, Step::now(StepKind::Created, &id, format!("restart {restart_count}")));
-    if let Err(e) = ctx.cri.start_container(&id).await {
-        ctx.rec.warning(&d.key, name, "Failed", format!("Error: {e}"));
+        ctx.exec.cri.create_container(req.sandbox_id, config, req.sandbox_config.clone()).await.map_err(
+            |e| {
+                ctx.exec.rec.warning(&d.key, name, "Failed", format!("Error: {e}"));
+                err("CreateContainerError", e.to_string())
+            },
+        )?;
+    ctx.exec.rec.normal(&d.key, name, "Created", format!("Created container: {}", c.name));
+    super::stop_signal::report_if_ignored(&ctx.exec, d, c, &id, req.sandbox_id, wanted_signal).await;
+    ctx.exec.rec.step(&d.key, name, Step::now(StepKind::Created, &id, format!("restart {restart_count}")));
+    if let Err(e) = ctx.exec.cri.start_container(&id).await {
+        ctx.exec.rec.warning(&d.key, name, "Failed", format!("Error: {e}"));
         return Err(err("RunContainerError", e.to_string()));
     }
-    ctx.rec.started(&d.key, &c.name, &id, restart_count);
-    link_legacy_log(ctx, d, &c.name, &id, &log_dir.join(format!("{restart_count}.log")));
+    ctx.exec.rec.started(&d.key, &c.name, &id, restart_count);
+    link_legacy_log(&ctx.node, d, &c.name, &id, &log_dir.join(format!("{restart_count}.log")));
     if let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
-        if let Err(msg) = run_handler(&*ctx.cri, &id, c, hook, req.pod_ips.first().map(String::as_str)).await
+        if let Err(msg) =
+            run_handler(&*ctx.exec.cri, &id, c, hook, req.pod_ips.first().map(String::as_str)).await
         {
             tracing::warn!(pod = %d.key, container = %c.name, error = %msg, "postStart hook failed");
-            ctx.rec.warning(&d.key, name, "FailedPostStartHook", format!("PostStartHook failed: {msg}"));
-            ctx.rec.step(
+            ctx.exec.rec.warning(&d.key, name, "FailedPostStartHook", format!("PostStartHook failed: {msg}"));
+            ctx.exec.rec.step(
                 &d.key,
                 name,
                 Step::now(StepKind::Killing, &id, format!("postStart hook failed: {msg}")),
@@ -250,7 +257,7 @@ pub async fn start_container(ctx: &Shared, req: &StartRequest<'_>) -> Result<Str
             // R8.2: the container is killed through the normal path (preStop and grace).
             let grace = spec::termination_grace(&d.pod);
             super::terminate::kill_one(
-                ctx,
+                &ctx.exec,
                 d,
                 c,
                 &id,
@@ -267,8 +274,8 @@ pub async fn start_container(ctx: &Shared, req: &StartRequest<'_>) -> Result<Str
 
 /// R1.13: `/var/log/containers/<pod>_<ns>_<container>-<id>.log` → the CRI log file, once it
 /// exists. Best effort: a failure is logged, never fatal.
-fn link_legacy_log(ctx: &Shared, d: &DesiredPod, container: &str, id: &str, target: &Path) {
-    let Some(link) = spec::legacy_log_symlink(&ctx.node, &d.key, container, id) else { return };
+fn link_legacy_log(node: &NodeConfig, d: &DesiredPod, container: &str, id: &str, target: &Path) {
+    let Some(link) = spec::legacy_log_symlink(node, &d.key, container, id) else { return };
     if !target.exists() {
         return;
     }
@@ -284,7 +291,7 @@ fn link_legacy_log(ctx: &Shared, d: &DesiredPod, container: &str, id: &str, targ
 /// `runAsNonRoot` as the kubelet enforces it: the effective user (container, then pod, then the
 /// image's) must be known and not 0.
 async fn verify_run_as_non_root(
-    ctx: &Shared,
+    cri: &dyn crate::cri::Runtime,
     d: &DesiredPod,
     c: &Container,
     image_ref: &str,
@@ -299,8 +306,7 @@ async fn verify_run_as_non_root(
     let uid = match configured {
         Some(u) => Some(u),
         None => {
-            let img = ctx
-                .cri
+            let img = cri
                 .image_id(image_ref)
                 .await
                 .map_err(|e| err("CreateContainerConfigError", e.to_string()))?;

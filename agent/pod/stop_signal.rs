@@ -9,7 +9,7 @@
 
 use k8s_openapi::api::core::v1::Container;
 
-use super::context::Shared;
+use super::context::Executor;
 use crate::cri::api;
 use crate::model::DesiredPod;
 
@@ -32,7 +32,7 @@ pub fn ignored(wanted: api::Signal, reported: Option<&str>) -> Option<String> {
 /// Checks the created container `id` and warns on the pod when its `wanted` signal was not
 /// taken. A failed status call is only logged: the container is fine, only the check is lost.
 pub async fn report_if_ignored(
-    ctx: &Shared,
+    exec: &Executor,
     d: &DesiredPod,
     c: &Container,
     id: &str,
@@ -42,7 +42,7 @@ pub async fn report_if_ignored(
     if wanted == api::Signal::RuntimeDefault {
         return;
     }
-    let reported = match ctx.cri.container_status(id, sandbox_id).await {
+    let reported = match exec.cri.container_status(id, sandbox_id).await {
         Ok(st) => st.stop_signal,
         Err(e) => {
             tracing::warn!(pod = %d.key, container = %c.name, error = %e, "cannot check the stop signal the runtime took");
@@ -50,12 +50,12 @@ pub async fn report_if_ignored(
         }
     };
     let Some(why) = ignored(wanted, reported.as_deref()) else { return };
-    let runtime = match ctx.cri.version().await {
+    let runtime = match exec.cri.version().await {
         Ok(v) => format!("{} {}", v.name, v.version),
         Err(_) => "the runtime".to_string(),
     };
     let signal = crate::cri::signal::name_of(wanted as i32).unwrap_or_default();
-    ctx.rec.warning(
+    exec.rec.warning(
         &d.key,
         Some(&c.name),
         IGNORED_REASON,

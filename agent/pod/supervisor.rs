@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::carry::{Carried, in_place_edit};
-use super::context::Shared;
+use super::context::WorkerContext;
 use super::shutdown;
 use super::worker::{Desire, run_worker};
 use crate::model::{DesiredPod, ManifestSet, PodKey, PodSource, ProblemKind, keys};
@@ -79,7 +79,7 @@ pub struct ShutdownRequest {
 }
 
 pub struct Supervisor {
-    ctx: Shared,
+    ctx: Arc<WorkerContext>,
     wakers: Wakers,
     cancel: CancellationToken,
     running: BTreeMap<PodKey, Running>,
@@ -107,7 +107,7 @@ pub struct Supervisor {
 }
 
 impl Supervisor {
-    pub fn new(ctx: Shared, wakers: Wakers, cancel: CancellationToken) -> Self {
+    pub fn new(ctx: Arc<WorkerContext>, wakers: Wakers, cancel: CancellationToken) -> Self {
         Self {
             ctx,
             wakers,
@@ -239,7 +239,7 @@ impl Supervisor {
                 }
                 Some(_) => {
                     info!(pod = %key, uid = %d.uid, "manifest changed; replacing the pod (new UID)");
-                    self.ctx.rec.normal(
+                    self.ctx.exec.rec.normal(
                         key,
                         None,
                         "Recreating",
@@ -287,7 +287,7 @@ impl Supervisor {
     /// On start, before the first apply: static pods whose manifest was resized (while the agent
     /// was down, or before it restarted) against the spec their sandbox carries keep their UID.
     pub async fn learn_carried(&mut self, set: &ManifestSet) {
-        let sandboxes = match self.ctx.cri.list_all(Some((keys::MANAGED_BY, "crilet"))).await {
+        let sandboxes = match self.ctx.exec.cri.list_all(Some((keys::MANAGED_BY, "crilet"))).await {
             Ok((s, _)) => s,
             Err(e) => return warn!(error = %e, "cannot list sandboxes to find resized pods"),
         };
@@ -330,13 +330,14 @@ impl Supervisor {
     /// Terminates pods the runtime runs for crilet whose source (`ours`, by manifest file) no
     /// longer names them.
     async fn reap(&mut self, set: &ManifestSet, ours: &dyn Fn(&PodSource) -> bool) {
-        let (sandboxes, containers) = match self.ctx.cri.list_all(Some((keys::MANAGED_BY, "crilet"))).await {
-            Ok(v) => v,
-            Err(e) => {
-                warn!(error = %e, "cannot list sandboxes to find orphaned pods");
-                return;
-            }
-        };
+        let (sandboxes, containers) =
+            match self.ctx.exec.cri.list_all(Some((keys::MANAGED_BY, "crilet"))).await {
+                Ok(v) => v,
+                Err(e) => {
+                    warn!(error = %e, "cannot list sandboxes to find orphaned pods");
+                    return;
+                }
+            };
         let carried = self.carried.apply(set);
         let set = &carried;
         let wanted: Vec<&str> = set.pods.values().map(|d| d.uid.as_str()).collect();

@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Pod};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::context::Shared;
+use super::context::Executor;
 use super::hooks::run_handler;
 use crate::model::{ContainerState, DesiredPod, ObservedContainer, ObservedPod, PodKey, keys};
 use crate::podspec::is_sidecar;
@@ -123,7 +123,7 @@ impl Deadline {
 /// `StopContainer` with timeout 0, which containerd takes while the first still waits)
 /// [`KILL_LEAD`] before the deadline if the container has not exited by then.
 async fn stop_by_deadline(
-    ctx: &Shared,
+    exec: &Executor,
     key: &PodKey,
     name: &str,
     id: &str,
@@ -134,7 +134,7 @@ async fn stop_by_deadline(
     let grace = whole_secs_up(left);
     let left_ms = u64::try_from(left.as_millis()).unwrap_or(u64::MAX);
     tracing::info!(pod = %key, container = %name, left_ms, timeout_s = grace.as_secs(), "stopping container");
-    let stop = ctx.cri.stop_container(id, grace);
+    let stop = exec.cri.stop_container(id, grace);
     tokio::pin!(stop);
     if grace.is_zero() {
         return stop.await;
@@ -144,7 +144,7 @@ async fn stop_by_deadline(
         _ = deadline.reached() => {}
     }
     tracing::debug!(container_id = id, "grace budget spent; SIGKILL");
-    let killed = ctx.cri.stop_container(id, Duration::ZERO).await;
+    let killed = exec.cri.stop_container(id, Duration::ZERO).await;
     match (killed, stop.await) {
         (Ok(()), _) | (_, Ok(())) => Ok(()),
         (Err(e), Err(_)) => Err(e),
@@ -155,7 +155,7 @@ async fn stop_by_deadline(
 /// container with what is left of the budget.
 #[allow(clippy::too_many_arguments)]
 async fn kill_with_deadline(
-    ctx: Shared,
+    exec: Executor,
     key: PodKey,
     spec: Option<Container>,
     observed: ObservedContainer,
@@ -165,17 +165,22 @@ async fn kill_with_deadline(
     mut wait_for: Vec<watch::Receiver<bool>>,
 ) -> bool {
     let name = observed.name.clone();
-    ctx.rec.normal(&key, Some(&name), "Killing", message);
+    exec.rec.normal(&key, Some(&name), "Killing", message);
     if let Some(hook) = pre_stop(spec.as_ref(), &observed) {
         let fallback = Container { name: name.clone(), ..Default::default() };
         let c = spec.clone().unwrap_or(fallback);
-        let run = run_handler(&*ctx.cri, &observed.id, &c, &hook, pod_ip.as_deref());
+        let run = run_handler(&*exec.cri, &observed.id, &c, &hook, pod_ip.as_deref());
         let began = Instant::now();
         let outcome = match tokio::select! { r = run => Ok(r), _ = deadline.reached() => Err(()) } {
             Ok(Ok(())) => format!("preStop hook finished in {:.1}s", began.elapsed().as_secs_f64()),
             Ok(Err(msg)) => {
                 tracing::warn!(pod = %key, container = %name, error = %msg, "preStop hook failed");
-                ctx.rec.warning(&key, Some(&name), "FailedPreStopHook", format!("PreStopHook failed: {msg}"));
+                exec.rec.warning(
+                    &key,
+                    Some(&name),
+                    "FailedPreStopHook",
+                    format!("PreStopHook failed: {msg}"),
+                );
                 format!("preStop hook failed: {msg}")
             }
             Err(_) => {
@@ -183,7 +188,7 @@ async fn kill_with_deadline(
                 "preStop hook did not finish within the grace budget".to_string()
             }
         };
-        ctx.rec.step(&key, Some(&name), Step::now(StepKind::PreStop, &observed.id, outcome));
+        exec.rec.step(&key, Some(&name), Step::now(StepKind::PreStop, &observed.id, outcome));
     }
     for rx in &mut wait_for {
         tokio::select! {
@@ -191,11 +196,11 @@ async fn kill_with_deadline(
             _ = deadline.reached() => {}
         }
     }
-    match stop_by_deadline(&ctx, &key, &name, &observed.id, deadline).await {
+    match stop_by_deadline(&exec, &key, &name, &observed.id, deadline).await {
         Ok(()) => true,
         Err(e) if e.is_not_found() => true,
         Err(e) => {
-            ctx.rec.warning(
+            exec.rec.warning(
                 &key,
                 Some(&name),
                 "FailedKillContainer",
@@ -208,7 +213,7 @@ async fn kill_with_deadline(
 
 /// Kills one container (spec change, probe failure, failed postStart) with `grace`.
 pub async fn kill_one(
-    ctx: &Shared,
+    exec: &Executor,
     d: &DesiredPod,
     spec: &Container,
     id: &str,
@@ -223,7 +228,7 @@ pub async fn kill_one(
         ..Default::default()
     };
     kill_with_deadline(
-        ctx.clone(),
+        exec.clone(),
         d.key.clone(),
         Some(spec.clone()),
         observed,
@@ -308,7 +313,7 @@ pub fn end_kill(pod_dir: &std::path::Path) {
 /// caller within the same deadline).
 #[allow(clippy::too_many_arguments)]
 pub async fn kill_pod(
-    ctx: &Shared,
+    exec: &Executor,
     key: &PodKey,
     pod: &Arc<Pod>,
     observed: &ObservedPod,
@@ -316,14 +321,14 @@ pub async fn kill_pod(
     deadline: Instant,
     reason: &str,
 ) -> bool {
-    kill_pod_by(ctx, key, pod, observed, grace, Deadline::fixed(deadline), reason).await
+    kill_pod_by(exec, key, pod, observed, grace, Deadline::fixed(deadline), reason).await
 }
 
 /// [`kill_pod`] with a deadline that may be brought forward while the kill runs (a second
 /// deletion with a shorter grace period, as upstream): hooks, waits and SIGKILLs follow it.
 #[allow(clippy::too_many_arguments)]
 pub async fn kill_pod_by(
-    ctx: &Shared,
+    exec: &Executor,
     key: &PodKey,
     pod: &Arc<Pod>,
     observed: &ObservedPod,
@@ -339,7 +344,7 @@ pub async fn kill_pod_by(
     let names: Vec<String> = running.iter().map(|c| c.name.clone()).collect();
     if !names.is_empty() {
         let detail = format!("{reason}; grace period {}s", grace.as_secs());
-        ctx.rec.step(key, None, Step::now(StepKind::PodKilling, "", detail));
+        exec.rec.step(key, None, Step::now(StepKind::PodKilling, "", detail));
     }
     let prereqs = stop_prerequisites(pod, &names);
     let mut done_tx: HashMap<String, watch::Sender<bool>> = HashMap::new();
@@ -356,9 +361,9 @@ pub async fn kill_pod_by(
             .filter_map(|p| done_tx.get(p).map(watch::Sender::subscribe))
             .collect();
         let Some(tx) = done_tx.get(&c.name).cloned() else { continue };
-        ctx.rec.step(key, Some(&c.name), Step::now(StepKind::Killing, &c.id, reason));
+        exec.rec.step(key, Some(&c.name), Step::now(StepKind::Killing, &c.id, reason));
         let fut = kill_with_deadline(
-            ctx.clone(),
+            exec.clone(),
             key.clone(),
             find_spec(pod, &c.name).cloned(),
             c.clone(),
@@ -379,12 +384,12 @@ pub async fn kill_pod_by(
     }
     for sb in &observed.sandboxes {
         if sb.state == crate::model::SandboxState::Ready {
-            match ctx.cri.stop_sandbox(&sb.id).await {
+            match exec.cri.stop_sandbox(&sb.id).await {
                 Ok(()) => {}
                 Err(e) if e.is_not_found() => {}
                 Err(e) => {
                     all_stopped = false;
-                    ctx.rec.warning(
+                    exec.rec.warning(
                         key,
                         None,
                         "FailedKillPod",
@@ -401,13 +406,13 @@ pub async fn kill_pod_by(
     let used = budget_used(grace, deadline.saturating_duration_since(now), over);
     if !names.is_empty() && all_stopped {
         let detail = stopped_detail(reason, used, grace);
-        ctx.rec.step(key, None, Step::now(StepKind::PodStopped, "", detail.clone()));
+        exec.rec.step(key, None, Step::now(StepKind::PodStopped, "", detail.clone()));
         if over <= Duration::from_secs(1) {
-            ctx.rec.normal(key, None, "PodStopped", detail);
+            exec.rec.normal(key, None, "PodStopped", detail);
         }
     }
     if over > Duration::from_secs(1) {
-        ctx.rec.warning(
+        exec.rec.warning(
             key,
             None,
             "GracePeriodOverrun",

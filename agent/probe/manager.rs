@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use super::ProbeResults;
 use super::tracker::{ProbeKind, ProbeResult};
 use super::worker::{ProbeTask, Results};
-use crate::context::Shared;
+use crate::context::ProbeContext;
 use crate::model::{ContainerState, ObservedPod, PodKey, ProbeState};
 
 /// Saved per container ID.
@@ -26,7 +26,7 @@ struct Saved {
 }
 
 pub struct ProbeManager {
-    ctx: Shared,
+    ctx: Arc<ProbeContext>,
     key: PodKey,
     results: Results,
     tasks: HashMap<(String, ProbeKind), CancellationToken>,
@@ -63,8 +63,16 @@ fn probed_containers(pod: &Pod) -> Vec<&Container> {
 }
 
 impl ProbeManager {
-    pub fn new(ctx: Shared, key: PodKey, uid: &str, wake: Arc<Notify>, cancel: CancellationToken) -> Self {
-        let save_path = crate::node::pod_dir(&ctx.node, uid).join("probe-results.json");
+    /// The probes of pod `uid`, with their results saved under its dir on `node`.
+    pub fn new(
+        ctx: Arc<ProbeContext>,
+        node: &crate::node::NodeConfig,
+        key: PodKey,
+        uid: &str,
+        wake: Arc<Notify>,
+        cancel: CancellationToken,
+    ) -> Self {
+        let save_path = crate::node::pod_dir(node, uid).join("probe-results.json");
         let restored: HashMap<String, Saved> =
             std::fs::read(&save_path).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default();
         Self {

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::check::{Attempt, Target, run};
 use super::tracker::{Outcome, ProbeKind, ProbeResult, Tracker};
-use crate::context::{Shared, now_ns};
+use crate::context::{ProbeContext, now_ns};
 use crate::model::PodKey;
 
 /// Results of every probe of a pod, by (container ID, kind).
@@ -21,7 +21,7 @@ pub type Results = Arc<Mutex<HashMap<(String, ProbeKind), ProbeResult>>>;
 const MAX_TRIES: usize = 3;
 
 pub struct ProbeTask {
-    pub ctx: Shared,
+    pub ctx: Arc<ProbeContext>,
     pub key: PodKey,
     pub kind: ProbeKind,
     pub probe: Probe,
@@ -85,7 +85,7 @@ impl ProbeTask {
                 continue;
             }
             let target = Target {
-                cri: &*self.ctx.cri,
+                cri: &*self.ctx.exec.cri,
                 container_id: &self.container_id,
                 spec: &self.spec,
                 pod_ip: self.pod_ip.as_deref(),
@@ -113,7 +113,7 @@ impl ProbeTask {
             let title = self.kind.title();
             match attempt {
                 Attempt::Error(e) => {
-                    self.ctx.rec.warning(
+                    self.ctx.exec.rec.warning(
                         &self.key,
                         Some(&name),
                         "Unhealthy",
@@ -123,7 +123,7 @@ impl ProbeTask {
                 Attempt::Done { outcome, output, warning } => {
                     self.ctx.metrics.probe(&self.metrics, outcome == Outcome::Success, began.elapsed());
                     if let Some(w) = warning {
-                        self.ctx.rec.warning(
+                        self.ctx.exec.rec.warning(
                             &self.key,
                             Some(&name),
                             "ProbeWarning",
@@ -131,7 +131,7 @@ impl ProbeTask {
                         );
                     }
                     if outcome == Outcome::Failure {
-                        self.ctx.rec.warning(
+                        self.ctx.exec.rec.warning(
                             &self.key,
                             Some(&name),
                             "Unhealthy",

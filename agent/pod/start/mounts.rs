@@ -31,7 +31,7 @@ pub(super) fn expand_sub_path(expr: &str, env: &[(String, String)]) -> Result<St
 /// Host paths for the container's volume mounts (emptyDir created on first use), plus the
 /// termination-message file (R1.12).
 pub(super) fn prepare_mounts(
-    ctx: &Shared,
+    node: &NodeConfig,
     req: &StartRequest<'_>,
     env: &[(String, String)],
 ) -> Result<(Vec<api::Mount>, Option<PathBuf>), StartError> {
@@ -43,7 +43,7 @@ pub(super) fn prepare_mounts(
         let Some(vol) = volumes.iter().find(|v| v.name == vm.name) else {
             return Err(err("CreateContainerConfigError", format!("volume {:?} not found", vm.name)));
         };
-        let api_volume = crate::volumes::host_path(&ctx.node, &d.uid, vol);
+        let api_volume = crate::volumes::host_path(node, &d.uid, vol);
         let mut host: PathBuf = if let Some(hp) = &vol.host_path {
             let p = PathBuf::from(&hp.path);
             prepare_host_path(&p, hp.type_.as_deref().unwrap_or("")).map_err(|m| {
@@ -60,7 +60,7 @@ pub(super) fn prepare_mounts(
             }
             p
         } else {
-            let p = empty_dir(&ctx.node, &d.uid, &vol.name);
+            let p = empty_dir(node, &d.uid, &vol.name);
             // World-writable like the kubelet's emptyDir, so non-root containers can use it.
             mkdir(&p, 0o777)
                 .map_err(|e| err("CreateContainerConfigError", format!("emptyDir {:?}: {e}", vol.name)))?;
@@ -90,7 +90,7 @@ pub(super) fn prepare_mounts(
     // The kubelet-managed /etc/hosts (pod IP, hostname, hostAliases), unless the container
     // mounts its own.
     if !mounts.iter().any(|m| m.container_path == "/etc/hosts") {
-        let dir = pod_dir(&ctx.node, &d.uid);
+        let dir = pod_dir(node, &d.uid);
         mkdir(&dir, 0o750)
             .map_err(|e| err("CreateContainerConfigError", format!("creating pod directory: {e}")))?;
         let hosts = dir.join("etc-hosts");
@@ -108,7 +108,7 @@ pub(super) fn prepare_mounts(
     let mut termination_file = None;
     let tpath = c.termination_message_path.clone().unwrap_or_else(|| "/dev/termination-log".into());
     if !tpath.is_empty() {
-        let dir = pod_dir(&ctx.node, &d.uid).join("containers").join(&c.name);
+        let dir = pod_dir(node, &d.uid).join("containers").join(&c.name);
         mkdir(&dir, 0o750)
             .map_err(|e| err("CreateContainerConfigError", format!("termination message dir: {e}")))?;
         let file = dir.join(format!("{:08x}", fastrand::u32(..)));

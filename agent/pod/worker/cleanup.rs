@@ -15,7 +15,7 @@ impl Worker {
             let seen = seen_exited.entry(c.name.as_str()).or_insert(false);
             if *seen {
                 debug!(container = %c.name, id = %c.id, "removing old exited instance");
-                if self.ctx.cri.remove_container(&c.id).await.is_ok() {
+                if self.ctx.exec.cri.remove_container(&c.id).await.is_ok() {
                     self.acted = true;
                     if !c.log_path.is_empty() {
                         // The log and every file rotated from it, as the kubelet's log cleanup
@@ -38,7 +38,7 @@ impl Worker {
         for sb in observed.sandboxes.iter().skip(1) {
             let used = observed.containers.iter().any(|c| c.sandbox_id == sb.id);
             if sb.state == SandboxState::NotReady && !used {
-                let _ = self.ctx.cri.remove_sandbox(&sb.id).await;
+                let _ = self.ctx.exec.cri.remove_sandbox(&sb.id).await;
             }
         }
     }
@@ -54,7 +54,7 @@ impl Worker {
     ) -> bool {
         let ctx = self.ctx.clone();
         let key = self.desired.key.clone();
-        let observed = match ctx.cri.observe(&self.desired.uid).await {
+        let observed = match ctx.exec.cri.observe(&self.desired.uid).await {
             Ok(o) => o,
             Err(e) => {
                 warn!(error = %e, "cannot observe the pod to terminate it; retrying");
@@ -74,8 +74,15 @@ impl Worker {
         // kill runs (as upstream); a longer one changes nothing.
         let (deadline_tx, deadline_rx) = watch::channel(deadline);
         let pod = self.desired.pod.clone();
-        let kill =
-            kill_pod_by(&ctx, &key, &pod, &observed, grace, Deadline::follow(deadline_rx), "pod deleted");
+        let kill = kill_pod_by(
+            &ctx.exec,
+            &key,
+            &pod,
+            &observed,
+            grace,
+            Deadline::follow(deadline_rx),
+            "pod deleted",
+        );
         tokio::pin!(kill);
         let mut closed = false;
         let stopped = loop {
@@ -116,20 +123,20 @@ impl Worker {
         // Sandboxes that were already not ready were skipped by kill_pod; stop them too so their
         // network is released.
         for sb in observed.sandboxes.iter().filter(|s| s.state != SandboxState::Ready) {
-            let _ = ctx.cri.stop_sandbox(&sb.id).await;
+            let _ = ctx.exec.cri.stop_sandbox(&sb.id).await;
         }
         if remove {
             for sb in &observed.sandboxes {
-                if let Err(e) = ctx.cri.remove_sandbox(&sb.id).await {
+                if let Err(e) = ctx.exec.cri.remove_sandbox(&sb.id).await {
                     warn!(sandbox = %sb.id, error = %e, "removing sandbox failed; retrying");
                     return false;
                 }
             }
             // Containers of a sandbox that vanished earlier.
-            if let Ok(left) = ctx.cri.observe(&self.desired.uid).await {
+            if let Ok(left) = ctx.exec.cri.observe(&self.desired.uid).await {
                 for c in &left.containers {
-                    let _ = ctx.cri.stop_container(&c.id, Duration::ZERO).await;
-                    let _ = ctx.cri.remove_container(&c.id).await;
+                    let _ = ctx.exec.cri.stop_container(&c.id, Duration::ZERO).await;
+                    let _ = ctx.exec.cri.remove_container(&c.id).await;
                 }
             }
             for c in &observed.containers {
@@ -142,7 +149,7 @@ impl Worker {
             remove_tree(pod_dir(&ctx.node, &self.desired.uid)).await;
             self.probes.stop();
             ctx.registry.remove_pod(&key);
-            ctx.rec.normal(&key, None, "Removed", format!("Pod {} removed", key));
+            ctx.exec.rec.normal(&key, None, "Removed", format!("Pod {} removed", key));
         }
         true
     }

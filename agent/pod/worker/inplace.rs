@@ -21,14 +21,14 @@ impl Worker {
             .map(|(c, _)| (c.name.clone(), c.image.unwrap_or_default()))
             .collect();
         if changed.is_empty() {
-            let Some(state) = self.update.as_mut().filter(|u| !u.done) else {
+            let Some(state) = self.saved.update.as_mut().filter(|u| !u.done) else {
                 return (BTreeSet::new(), None);
             };
             // A container edited back to what it runs is no longer part of the update.
             state.images.retain(|n, img| desired_images.get(n) == Some(img));
             for (name, image) in state.images.clone() {
                 if let std::collections::btree_map::Entry::Vacant(e) = state.pulled.entry(name) {
-                    if let Ok(Some(img)) = ctx.cri.image_id(&image).await {
+                    if let Ok(Some(img)) = ctx.exec.cri.image_id(&image).await {
                         e.insert(PulledImage { id: img.id, repo_digests: img.repo_digests });
                     }
                 }
@@ -38,7 +38,7 @@ impl Worker {
                 state.blocked = None;
                 state.transition = jiff::Timestamp::now().to_string();
                 info!("in-place update complete");
-                ctx.rec.normal(
+                ctx.exec.rec.normal(
                     &key,
                     None,
                     "InPlaceUpdated",
@@ -51,15 +51,15 @@ impl Worker {
         }
 
         // Start an update, or fold a newer edit into the one under way (the newest spec wins).
-        let fresh = self.update.as_ref().is_none_or(|u| u.done);
+        let fresh = self.saved.update.as_ref().is_none_or(|u| u.done);
         if fresh {
-            self.update = Some(UpdateState {
+            self.saved.update = Some(UpdateState {
                 started_ns: now,
                 transition: jiff::Timestamp::now().to_string(),
                 ..Default::default()
             });
         }
-        let Some(state) = self.update.as_mut() else { return (BTreeSet::new(), None) };
+        let Some(state) = self.saved.update.as_mut() else { return (BTreeSet::new(), None) };
         state.images.retain(|n, img| desired_images.get(n) == Some(img));
         let mut newly: Vec<String> = Vec::new();
         for (name, image) in &changed {
@@ -71,7 +71,7 @@ impl Worker {
         }
         if !newly.is_empty() {
             info!(containers = ?newly, "updating container images in place");
-            ctx.rec.normal(
+            ctx.exec.rec.normal(
                 &key,
                 None,
                 "InPlaceUpdate",
@@ -79,7 +79,7 @@ impl Worker {
             );
             for (name, image) in &changed {
                 if update::floating_tag(image) {
-                    ctx.rec.warning(&key, Some(name), "FloatingTag", format!("Image \"{image}\" uses a floating tag: an in-place update cannot tell which version will run"));
+                    ctx.exec.rec.warning(&key, Some(name), "FloatingTag", format!("Image \"{image}\" uses a floating tag: an in-place update cannot tell which version will run"));
                 }
             }
         }
@@ -106,8 +106,8 @@ impl Worker {
                 let Some((spec, _)) = all_containers(&pod).into_iter().find(|(c, _)| &c.name == name) else {
                     continue;
                 };
-                match ensure_image(&ctx, &self.desired, &spec, &sb_config, None).await {
-                    Ok(_) => match ctx.cri.image_id(image).await {
+                match ensure_image(&ctx.starts.images, &self.desired, &spec, &sb_config, None).await {
+                    Ok(_) => match ctx.exec.cri.image_id(image).await {
                         Ok(Some(img)) => {
                             state.pull_errors.remove(image);
                             let pulled = PulledImage { id: img.id, repo_digests: img.repo_digests };

@@ -12,7 +12,7 @@ mod starts;
 #[cfg(test)]
 mod sync_tests;
 
-use self::persist::{backoff_path, conditions_path, status_path, update_state_path};
+use self::persist::conditions_path;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::backoff::Backoff;
-use super::context::{Shared, now_ns};
+use super::context::{WorkerContext, now_ns};
 use super::plan::sync::{self, SyncPlan, earliest};
 use super::plan::{KillReason, PodKillReason, ProbeResults, gated_starts};
 use super::spec::{Kind, pod_dir, pod_log_dir, sandbox_config, termination_grace};
@@ -95,35 +95,57 @@ enum Failed {
 /// Annotation on the published pod: the pod log directory (for `crilet logs`).
 pub const LOG_DIR_ANNOTATION: &str = crate::model::keys::LOG_DIRECTORY;
 
+/// A pod's worker: its loop state. What it remembers of the pod is in `saved` (also kept under
+/// the pod's dir) and `tracked` (in memory only).
 struct Worker {
-    ctx: Shared,
+    ctx: Arc<WorkerContext>,
+    /// The pod as last wanted.
     desired: DesiredPod,
-    crash_backoff: Backoff,
-    start_errors: BTreeMap<String, StartError>,
-    status: Option<PodStatus>,
-    termination_messages: BTreeMap<String, String>,
+    /// The pod's probe tasks and their results.
     probes: ProbeManager,
-    /// The current or last in-place update (kept under the pod directory).
-    update: Option<UpdateState>,
-    /// The pod failed for good (its deadline ran out, or the node shut down).
-    failed: Option<Failed>,
-    first_seen: jiff::Timestamp,
-    /// The outside (readiness-gate) conditions last saved under the pod's dir.
-    saved_conditions: Option<Vec<PodCondition>>,
-    /// The published status as last saved under the pod's dir.
-    saved_status: Option<Vec<u8>>,
+    saved: Saved,
+    tracked: Tracked,
     /// During a sync that kills nothing: the runtime state as the sync's own starts changed it,
     /// published after each start (one targeted `ContainerStatus`), so a restart shows at once.
     live: Option<ObservedPod>,
-    /// A pod kill's deadline may be saved under the pod's dir (one began, or an earlier agent
-    /// left one): `end_kill` has a file to remove.
-    kill_saved: bool,
-    /// Instances the agent killed itself (their 137 is no sign of a sandbox going away).
-    killed_by_agent: BTreeSet<String>,
     /// This sync executed something (sandbox, container, start error): observe and publish
     /// again before waiting, so the status never lags behind the agent's own actions.
     acted: bool,
-    /// In-place resize (KEP-1287): the allocation and the resize conditions.
+}
+
+/// What the worker keeps of the pod under its dir (`persist`), read back by `Worker::new`: a
+/// restarted agent carries on from it.
+struct Saved {
+    /// The crash-loop back-off (`crash-backoff.json`).
+    crash_backoff: Backoff,
+    /// The current or last in-place update (`inplace-update.json`).
+    update: Option<UpdateState>,
+    /// The status last published (`status.json`).
+    status: Option<PodStatus>,
+    /// The published status as last written.
+    status_json: Option<Vec<u8>>,
+    /// The outside (readiness-gate) conditions as last written (`conditions.json`).
+    conditions: Option<Vec<PodCondition>>,
+    /// A pod kill's deadline may be saved under the pod's dir (one began, or an earlier agent
+    /// left one): `end_kill` has a file to remove.
+    kill: bool,
+}
+
+/// What the worker tracks of the pod from sync to sync in memory only: a restarted agent starts
+/// it afresh.
+struct Tracked {
+    /// Why each container that could not start did not (its waiting reason).
+    start_errors: BTreeMap<String, StartError>,
+    /// Termination messages of exited instances, by instance ID (read once each).
+    termination_messages: BTreeMap<String, String>,
+    /// The pod failed for good (its deadline ran out, or the node shut down).
+    failed: Option<Failed>,
+    /// When this worker first saw the pod (its creation time, unless a sandbox is older).
+    first_seen: jiff::Timestamp,
+    /// Instances the agent killed itself (their 137 is no sign of a sandbox going away).
+    killed_by_agent: BTreeSet<String>,
+    /// In-place resize (KEP-1287): the allocation (also saved, `allocation.json`) and the resize
+    /// conditions.
     resize: resize::ResizeState,
     /// Volume set-ups that failed in a row (their own back-off, `mount_retry_after`).
     mount_failures: u32,
@@ -132,7 +154,7 @@ struct Worker {
 /// Runs a pod worker until its pod has terminated (or the agent stops). `synced` fires after the
 /// first sync (for systemd readiness).
 pub async fn run_worker(
-    ctx: Shared,
+    ctx: Arc<WorkerContext>,
     initial: DesiredPod,
     mut desire: watch::Receiver<Desire>,
     wake: Arc<Notify>,
@@ -152,7 +174,7 @@ pub async fn run_worker(
             match want {
                 Desire::Terminate { remove, grace, node_shutdown } => {
                     if node_shutdown {
-                        w.failed = Some(Failed::NodeShutdown);
+                        w.tracked.failed = Some(Failed::NodeShutdown);
                     }
                     if Box::pin(w.terminate(remove, grace, &mut desire, &cancel)).await {
                         info!("pod terminated");
@@ -218,45 +240,43 @@ pub async fn run_worker(
 impl Worker {
     /// A worker for `initial`, carrying on from what an earlier agent saved under the pod's dir
     /// (back-off, status, in-place update, outside conditions, a kill under way).
-    fn new(ctx: Shared, initial: DesiredPod, wake: Arc<Notify>, cancel: &CancellationToken) -> Self {
-        let probes =
-            ProbeManager::new(ctx.clone(), initial.key.clone(), &initial.uid, wake, cancel.child_token());
-        let update = UpdateState::load(&update_state_path(&ctx, &initial.uid));
-        let saved_conditions: Option<Vec<PodCondition>> = std::fs::read(conditions_path(&ctx, &initial.uid))
-            .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok());
+    fn new(
+        ctx: Arc<WorkerContext>,
+        initial: DesiredPod,
+        wake: Arc<Notify>,
+        cancel: &CancellationToken,
+    ) -> Self {
+        let probes = ProbeManager::new(
+            ctx.probes.clone(),
+            &ctx.node,
+            initial.key.clone(),
+            &initial.uid,
+            wake,
+            cancel.child_token(),
+        );
+        let saved = Saved::load(&ctx.node, &initial.uid);
         if ctx.registry.external_conditions(&initial.key).is_empty() {
-            for c in saved_conditions.iter().flatten() {
+            for c in saved.conditions.iter().flatten() {
                 ctx.registry.set_external_condition(&initial.key, c.clone(), false);
             }
         }
-        let crash_backoff = match std::fs::read(backoff_path(&ctx, &initial.uid)) {
-            Ok(json) => Backoff::crash_loop().with_json(&json),
-            Err(_) => Backoff::crash_loop(),
-        };
-        let saved_status = std::fs::read(status_path(&ctx, &initial.uid)).ok();
-        let status: Option<PodStatus> = saved_status.as_deref().and_then(|b| serde_json::from_slice(b).ok());
-        let kill_saved = crate::pod::terminate::saved_kill_path(&pod_dir(&ctx.node, &initial.uid)).exists();
-        ctx.metrics.pod_seen(&initial.uid, status.as_ref());
+        ctx.metrics.pod_seen(&initial.uid, saved.status.as_ref());
         Worker {
             ctx,
             desired: initial,
-            crash_backoff,
-            start_errors: BTreeMap::new(),
-            status,
-            termination_messages: BTreeMap::new(),
             probes,
-            update,
-            failed: None,
-            first_seen: jiff::Timestamp::now(),
-            saved_conditions,
-            saved_status,
-            kill_saved,
-            killed_by_agent: BTreeSet::new(),
+            saved,
+            tracked: Tracked {
+                start_errors: BTreeMap::new(),
+                termination_messages: BTreeMap::new(),
+                failed: None,
+                first_seen: jiff::Timestamp::now(),
+                killed_by_agent: BTreeSet::new(),
+                resize: resize::ResizeState::default(),
+                mount_failures: 0,
+            },
             live: None,
             acted: false,
-            resize: resize::ResizeState::default(),
-            mount_failures: 0,
         }
     }
 }
@@ -282,14 +302,14 @@ impl Worker {
     /// waits: `get pods`, `logs --previous` and conditions show what the agent just did.
     async fn sync(&mut self) -> Result<Option<i64>, crate::cri::CriError> {
         self.acted = false;
-        let since = self.ctx.cri.statuses_generation();
+        let since = self.ctx.exec.cri.statuses_generation();
         let result = self.sync_once().instrument(tracing::trace_span!("sync")).await;
         // The sync's own snapshot holds every object of the pod with the statuses read as it
         // made them: the observation below, and the syncs the runtime's events of those starts
         // wake, reuse them while the lists agree (anything the snapshot misses, or any state it
         // no longer shows, and the statuses are read again).
         if let Some(live) = self.live.take().filter(|_| result.is_ok()) {
-            self.ctx.cri.keep_statuses(since, live);
+            self.ctx.exec.cri.keep_statuses(since, live);
         }
         if self.acted {
             self.observe_and_publish(false).await;
@@ -308,7 +328,7 @@ impl Worker {
         self.probes.save().await;
         let (probe_results, probe_states) = self.probes.view();
         let (held, update_requeue) = self.step_update(&observed, &probe_results, &probe_states).await;
-        self.killed_by_agent.retain(|id| observed.containers.iter().any(|c| &c.id == id));
+        self.tracked.killed_by_agent.retain(|id| observed.containers.iter().any(|c| &c.id == id));
         let actual = || self.actual_resources(&pod, &observed);
         let decision = sync::decide(&sync::SyncFacts {
             pod: &pod,
@@ -317,22 +337,22 @@ impl Worker {
             held: &held,
             now: now_ns(),
             deadline: self.active_deadline(&observed),
-            deadline_exceeded: self.failed == Some(Failed::DeadlineExceeded),
-            killed_by_agent: &self.killed_by_agent,
+            deadline_exceeded: self.tracked.failed == Some(Failed::DeadlineExceeded),
+            killed_by_agent: &self.tracked.killed_by_agent,
             update_requeue,
             resize_requeue,
             actual: &actual,
         });
         if let SyncPlan::Deadline { newly: true, .. } = decision {
-            self.failed = Some(Failed::DeadlineExceeded);
-            ctx.rec.warning(
+            self.tracked.failed = Some(Failed::DeadlineExceeded);
+            ctx.exec.rec.warning(
                 &self.desired.key,
                 None,
                 "DeadlineExceeded",
                 "Pod was active on the node longer than the specified deadline".into(),
             );
         }
-        self.crash_backoff.gc(now_ns());
+        self.saved.crash_backoff.gc(now_ns());
         self.publish(&observed, false, &probe_states).await;
         let (the_plan, resize_actions, mut update_requeue) = match decision {
             SyncPlan::Deadline { kill, .. } => {
@@ -341,7 +361,8 @@ impl Worker {
                     let grace = termination_grace(&pod);
                     let deadline = self.begin_kill(grace).await;
                     let key = &self.desired.key;
-                    if kill_pod(&ctx, key, &pod, &observed, grace, deadline, "active deadline exceeded").await
+                    if kill_pod(&ctx.exec, key, &pod, &observed, grace, deadline, "active deadline exceeded")
+                        .await
                     {
                         self.end_kill();
                     }
@@ -387,7 +408,7 @@ impl Worker {
                 };
                 info!(reason = why, "killing pod");
                 let deadline = self.begin_kill(grace).await;
-                if kill_pod(&ctx, &key, &pod, &observed, grace, deadline, why).await {
+                if kill_pod(&ctx.exec, &key, &pod, &observed, grace, deadline, why).await {
                     self.end_kill();
                 }
             }
@@ -395,7 +416,7 @@ impl Worker {
                 return Ok(None);
             }
             if !observed.sandboxes.is_empty() {
-                ctx.rec.normal(
+                ctx.exec.rec.normal(
                     &key,
                     None,
                     "SandboxChanged",
@@ -405,7 +426,7 @@ impl Worker {
             // R2.7: the init sequence re-runs in the new sandbox.
             let is_init = |name: &str| containers.iter().any(|(c, k)| *k != Kind::App && c.name == name);
             for c in observed.containers.iter().filter(|c| is_init(&c.name)) {
-                if let Err(e) = ctx.cri.remove_container(&c.id).await {
+                if let Err(e) = ctx.exec.cri.remove_container(&c.id).await {
                     warn!(container = %c.name, error = %e, "removing init container instance failed");
                 }
             }
@@ -419,11 +440,12 @@ impl Worker {
                 KillReason::StartupProbe => probe_grace(spec.startup_probe.as_ref()).unwrap_or(grace),
                 _ => grace,
             };
-            self.killed_by_agent.insert(k.id.clone());
-            let new_image = self.update.as_ref().filter(|u| !u.done).and_then(|u| u.images.get(&k.name));
+            self.tracked.killed_by_agent.insert(k.id.clone());
+            let new_image =
+                self.saved.update.as_ref().filter(|u| !u.done).and_then(|u| u.images.get(&k.name));
             let why = crate::timeline::kill_why(&k.message, new_image.map(String::as_str));
-            ctx.rec.step(&key, Some(&k.name), crate::timeline::Step::now(StepKind::Killing, &k.id, why));
-            kill_one(&ctx, &self.desired, spec, &k.id, g, &k.message, pod_ip.as_deref()).await;
+            ctx.exec.rec.step(&key, Some(&k.name), crate::timeline::Step::now(StepKind::Killing, &k.id, why));
+            kill_one(&ctx.exec, &self.desired, spec, &k.id, g, &k.message, pod_ip.as_deref()).await;
         }
 
         if let Some(at) = self.resize_actuate(&pod, &resize_actions).await {
@@ -446,7 +468,7 @@ impl Worker {
                 // `EnsureExists`; under systemd its slice, which the sandbox's scope goes in).
                 let name = crate::pod::spec::pod_cgroup_name(&pod, &self.desired.uid);
                 if let Err(e) = ctx.cgroups.ensure_pod(&name, &crate::pod::resize::pod_cgroup(&pod)).await {
-                    ctx.rec.warning(
+                    ctx.exec.rec.warning(
                         &self.desired.key,
                         None,
                         "FailedToCreatePodContainer",
@@ -455,18 +477,19 @@ impl Worker {
                     warn!(error = %e, "making the pod cgroup failed; retrying");
                     return Ok(Some(now_ns() + 10_000_000_000));
                 }
-                let sandbox = create_sandbox(&ctx, &self.desired, attempt)
+                let sandbox = create_sandbox(&ctx.starts, &self.desired, attempt)
                     .instrument(tracing::trace_span!("create_sandbox"));
                 // The images of this sync's starts are looked up while the sandbox is made.
                 let images = match follow {
                     true => containers.iter().filter_map(|(c, _)| c.image.clone()).collect(),
                     false => images_to_start(&the_plan, &containers),
                 };
-                let (made, seen) = futures::future::join(sandbox, look_up_images(&ctx, images)).await;
+                let (made, seen) =
+                    futures::future::join(sandbox, look_up_images(&ctx.starts.images, images)).await;
                 images_seen = Some(seen);
                 match made {
                     Ok((id, status)) => {
-                        self.mount_failures = 0;
+                        self.tracked.mount_failures = 0;
                         // The pod cgroup's values, before any container starts (the kubelet's pod
                         // container manager); under cgroupfs the runtime made the cgroup with the
                         // sandbox.
@@ -489,8 +512,8 @@ impl Worker {
                         (id, ips, attempt)
                     }
                     Err(e) if e.reason == FAILED_MOUNT => {
-                        self.mount_failures = self.mount_failures.saturating_add(1);
-                        let wait = mount_retry_after(self.mount_failures);
+                        self.tracked.mount_failures = self.tracked.mount_failures.saturating_add(1);
+                        let wait = mount_retry_after(self.tracked.mount_failures);
                         warn!(error = %e.message, retry_in_ms = wait.as_millis() as u64, "setting up the volumes failed; retrying");
                         return Ok(Some(
                             now_ns().saturating_add(i64::try_from(wait.as_nanos()).unwrap_or(i64::MAX)),
@@ -572,7 +595,7 @@ impl Worker {
     /// When `activeDeadlineSeconds` (counted from the pod's start time) runs out, in ns.
     fn active_deadline(&self, observed: &ObservedPod) -> Option<i64> {
         let secs = self.desired.pod.spec.as_ref()?.active_deadline_seconds?;
-        let published = self.status.as_ref().and_then(|s| s.start_time.as_ref());
+        let published = self.saved.status.as_ref().and_then(|s| s.start_time.as_ref());
         let start_ns = match published {
             Some(t) => i64::try_from(t.0.as_nanosecond()).ok()?,
             None => observed.sandboxes.iter().map(|s| s.created_at).min()?,

@@ -29,15 +29,15 @@ impl Worker {
     ) {
         let ctx = &self.ctx;
         let external = ctx.registry.external_conditions(&self.desired.key);
-        if self.saved_conditions.as_deref().unwrap_or_default() != external.as_slice() {
-            let path = conditions_path(ctx, &self.desired.uid);
+        if self.saved.conditions.as_deref().unwrap_or_default() != external.as_slice() {
+            let path = conditions_path(&ctx.node, &self.desired.uid);
             let written = crate::checkpoint::write_json_async(path, &external).await.is_ok();
             if written {
-                self.saved_conditions = Some(external.clone());
+                self.saved.conditions = Some(external.clone());
             }
         }
         let api_pod = self.desired.source.is_api();
-        let mut external = update::with_own_condition(external, self.update.as_ref(), api_pod);
+        let mut external = update::with_own_condition(external, self.saved.update.as_ref(), api_pod);
         external
             .retain(|c| c.type_ != crate::pod::resize::PENDING && c.type_ != crate::pod::resize::IN_PROGRESS);
         external.extend(self.resize_conditions());
@@ -45,11 +45,11 @@ impl Worker {
             desired: &self.desired,
             observed,
             probes: probe_states,
-            start_errors: &self.start_errors,
+            start_errors: &self.tracked.start_errors,
             terminating,
             external_conditions: &external,
-            previous: self.status.as_ref(),
-            termination_messages: &self.termination_messages,
+            previous: self.saved.status.as_ref(),
+            termination_messages: &self.tracked.termination_messages,
             host_ip: ctx.node.host_ip.as_deref(),
             now: jiff::Timestamp::now(),
         });
@@ -61,8 +61,8 @@ impl Worker {
             .sandboxes
             .last()
             .and_then(|s| jiff::Timestamp::from_nanosecond(i128::from(s.created_at)).ok())
-            .filter(|t| *t < self.first_seen)
-            .unwrap_or(self.first_seen);
+            .filter(|t| *t < self.tracked.first_seen)
+            .unwrap_or(self.tracked.first_seen);
         pod.metadata.creation_timestamp = Some(Time(created));
         if terminating {
             pod.metadata.deletion_timestamp = Some(Time(jiff::Timestamp::now()));
@@ -76,7 +76,7 @@ impl Worker {
         {
             self.resize_status(list, observed);
         }
-        match self.failed {
+        match self.tracked.failed {
             // Upstream's active-deadline handler: the pod fails for good.
             Some(Failed::DeadlineExceeded) => {
                 status.phase = Some("Failed".into());
@@ -99,17 +99,17 @@ impl Worker {
         self.save_status(&status).await;
         let now = jiff::Timestamp::now();
         for (name, step) in
-            crate::timeline::status_steps(&self.desired.pod, self.status.as_ref(), &status, now)
+            crate::timeline::status_steps(&self.desired.pod, self.saved.status.as_ref(), &status, now)
         {
-            self.ctx.rec.step(&self.desired.key, Some(&name), step);
+            self.ctx.exec.rec.step(&self.desired.key, Some(&name), step);
         }
-        self.status = Some(status);
+        self.saved.status = Some(status);
     }
 
     /// Observes the pod and publishes its status (after actions; errors only delay that to the
     /// next sync).
     pub(super) async fn observe_and_publish(&mut self, terminating: bool) {
-        match self.ctx.cri.observe(&self.desired.uid).await {
+        match self.ctx.exec.cri.observe(&self.desired.uid).await {
             Ok(observed) => {
                 self.read_termination_messages(&observed).await;
                 let pod = self.desired.pod.clone();
@@ -127,7 +127,7 @@ impl Worker {
         if self.live.is_none() {
             return;
         }
-        let started = match self.ctx.cri.container_status(id, sandbox_id).await {
+        let started = match self.ctx.exec.cri.container_status(id, sandbox_id).await {
             Ok(c) => c,
             Err(e) => {
                 // The snapshot no longer shows the pod as it is: nothing more is planned from it
@@ -150,7 +150,9 @@ impl Worker {
         let unread: Vec<(String, Option<String>, Option<String>)> = observed
             .containers
             .iter()
-            .filter(|c| c.state == ContainerState::Exited && !self.termination_messages.contains_key(&c.id))
+            .filter(|c| {
+                c.state == ContainerState::Exited && !self.tracked.termination_messages.contains_key(&c.id)
+            })
             .map(|c| {
                 let file = c.annotations.get(crate::pod::spec::TERMINATION_FILE_ANNOTATION).cloned();
                 let fallback =
@@ -168,12 +170,12 @@ impl Worker {
                 unread.into_iter().map(read).collect::<Vec<_>>()
             });
             match read.await {
-                Ok(messages) => self.termination_messages.extend(messages),
+                Ok(messages) => self.tracked.termination_messages.extend(messages),
                 // Read again at the next sync.
                 Err(e) => debug!(error = %e, "reading termination messages failed"),
             }
         }
-        self.termination_messages.retain(|id, _| observed.containers.iter().any(|c| &c.id == id));
+        self.tracked.termination_messages.retain(|id, _| observed.containers.iter().any(|c| &c.id == id));
     }
 }
 

@@ -30,19 +30,19 @@ impl Worker {
             .collect();
         for (spec, _) in &triggers {
             if let Some((_, until)) =
-                crash_backoff_wait(&self.crash_backoff, &self.desired, spec, observed, now)
+                crash_backoff_wait(&self.saved.crash_backoff, &self.desired, spec, observed, now)
             {
                 debug!(container = %spec.name, "restart of all containers waits for its back-off");
                 return Ok(Some(until));
             }
         }
         for (spec, finished_at) in &triggers {
-            self.crash_backoff.next(&backoff_key(spec), *finished_at, now);
+            self.saved.crash_backoff.next(&backoff_key(spec), *finished_at, now);
         }
         self.save_backoff().await;
         let names: Vec<&str> = triggers.iter().map(|(s, _)| s.name.as_str()).collect();
         info!(exited = ?names, instances = reset.len(), "restarting all containers (RestartAllContainers)");
-        self.ctx.rec.normal(
+        self.ctx.exec.rec.normal(
             &key,
             None,
             "RestartAllContainers",
@@ -52,17 +52,17 @@ impl Worker {
             ),
         );
         for r in reset.iter().filter(|r| r.kill) {
-            self.killed_by_agent.insert(r.id.clone());
-            self.ctx.rec.normal(
+            self.tracked.killed_by_agent.insert(r.id.clone());
+            self.ctx.exec.rec.normal(
                 &key,
                 Some(&r.name),
                 "Killing",
                 format!("Stopping container {}: all containers restart", r.name),
             );
-            self.ctx.cri.stop_container(&r.id, Duration::ZERO).await?;
+            self.ctx.exec.cri.stop_container(&r.id, Duration::ZERO).await?;
         }
         for r in reset {
-            self.ctx.cri.remove_container(&r.id).await?;
+            self.ctx.exec.cri.remove_container(&r.id).await?;
         }
         // Nothing is left: come back at once to start the pod over.
         Ok(Some(now_ns()))

@@ -44,21 +44,21 @@ impl Worker {
     /// with when to come back (a deferred resize is retried).
     pub(super) async fn resize_admit(&mut self) -> (Arc<Pod>, Option<i64>) {
         let spec = self.desired.pod.clone();
-        let retrying = self.resize.pending.as_ref().is_some_and(|(r, _, _)| r == REASON_DEFERRED);
-        if let Some((from, running)) = self.resize.running.clone() {
-            if Arc::ptr_eq(&from, &spec) && !retrying && self.resize.saved {
+        let retrying = self.tracked.resize.pending.as_ref().is_some_and(|(r, _, _)| r == REASON_DEFERRED);
+        if let Some((from, running)) = self.tracked.resize.running.clone() {
+            if Arc::ptr_eq(&from, &spec) && !retrying && self.tracked.resize.saved {
                 self.register_requests(&running, false);
                 return (running, None);
             }
         }
-        let alloc = match self.resize.alloc.take() {
+        let alloc = match self.tracked.resize.alloc.take() {
             Some(a) => a,
-            None => match std::fs::read(allocation_path(&self.ctx, &self.desired.uid))
+            None => match std::fs::read(allocation_path(&self.ctx.node, &self.desired.uid))
                 .ok()
                 .and_then(|b| serde_json::from_slice::<Allocation>(&b).ok())
             {
                 Some(a) => {
-                    self.resize.saved = true;
+                    self.tracked.resize.saved = true;
                     a
                 }
                 // Admission: the pod runs with what it asks for.
@@ -72,16 +72,16 @@ impl Worker {
         let mut requeue = None;
         let alloc = match decision {
             Decision::Unchanged => {
-                self.resize.pending = None;
+                self.tracked.resize.pending = None;
                 alloc
             }
             Decision::Accept => {
                 let a = Allocation::of(&spec);
-                self.resize.saved = false;
-                self.resize.pending = None;
-                self.resize.progress = Some((jiff::Timestamp::now(), None));
+                self.tracked.resize.saved = false;
+                self.tracked.resize.pending = None;
+                self.tracked.resize.progress = Some((jiff::Timestamp::now(), None));
                 let text = resize::event_text("started", &spec, None);
-                self.ctx.rec.normal(&self.desired.key, None, "ResizeStarted", text);
+                self.ctx.exec.rec.normal(&self.desired.key, None, "ResizeStarted", text);
                 a
             }
             Decision::Deferred(message) => {
@@ -94,45 +94,45 @@ impl Worker {
                 alloc
             }
         };
-        if !self.resize.saved {
-            self.resize.saved = self.save_allocation(&alloc).await;
+        if !self.tracked.resize.saved {
+            self.tracked.resize.saved = self.save_allocation(&alloc).await;
         }
         // Nearly always the spec is what is allocated: then it is the running pod itself, and
         // only a pod under a resize holds a copy of its own.
         let running =
             if alloc.changed(&spec).is_empty() { spec.clone() } else { Arc::new(alloc.apply(&spec)) };
         self.register_requests(&running, true);
-        self.resize.alloc = Some(alloc);
-        self.resize.running = Some((spec, running.clone()));
+        self.tracked.resize.alloc = Some(alloc);
+        self.tracked.resize.running = Some((spec, running.clone()));
         (running, requeue)
     }
 
     /// Tells the node what the pod holds (its requests at the allocation; nothing once it has
     /// finished), when that may have changed.
     fn register_requests(&mut self, running: &Pod, changed: bool) {
-        let phase = self.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("");
+        let phase = self.saved.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("");
         let finished = crate::status::is_terminal(phase);
-        if !changed && self.resize.finished == Some(finished) {
+        if !changed && self.tracked.resize.finished == Some(finished) {
             return;
         }
-        self.resize.finished = Some(finished);
+        self.tracked.resize.finished = Some(finished);
         let requests = (!finished).then(|| crate::podspec::requests(running));
         self.ctx.ledger.set(&self.desired.uid, requests);
     }
 
     fn set_pending(&mut self, reason: &str, message: String, event: &str) {
-        let same = self.resize.pending.as_ref().is_some_and(|(r, m, _)| r == reason && *m == message);
+        let same = self.tracked.resize.pending.as_ref().is_some_and(|(r, m, _)| r == reason && *m == message);
         if same {
             return;
         }
         let text = resize::event_text(&reason.to_lowercase(), &self.desired.pod, Some(&message));
-        self.ctx.rec.warning(&self.desired.key, None, event, text);
-        self.resize.pending = Some((reason.to_string(), message, jiff::Timestamp::now()));
+        self.ctx.exec.rec.warning(&self.desired.key, None, event, text);
+        self.tracked.resize.pending = Some((reason.to_string(), message, jiff::Timestamp::now()));
     }
 
     /// A durable write (fsynced): on the blocking pool, awaited.
     async fn save_allocation(&self, a: &Allocation) -> bool {
-        let path = allocation_path(&self.ctx, &self.desired.uid);
+        let path = allocation_path(&self.ctx.node, &self.desired.uid);
         let saved = crate::checkpoint::write_json_async(path, a).await;
         if let Err(e) = &saved {
             // The pod's dir is made with its sandbox; until then the allocation lives in memory
@@ -171,23 +171,23 @@ impl Worker {
         if actions.is_empty() {
             return None;
         }
-        if self.resize.progress.is_none() {
+        if self.tracked.resize.progress.is_none() {
             // Allocated and actual differ without a resize accepted by this agent: one
             // accepted before a restart, carried on.
-            self.resize.progress = Some((jiff::Timestamp::now(), None));
+            self.tracked.resize.progress = Some((jiff::Timestamp::now(), None));
         }
         match self.do_resize(running, actions).await {
             // Back soon to see the runtime report the new values (upstream's PLEG watch
             // condition polls the same way), which completes the resize.
             Ok(()) => Some(now_ns() + RESIZE_CHECK_NS),
             Err(error) => {
-                let said =
-                    self.resize.progress.as_ref().and_then(|(_, e)| e.as_deref()) == Some(error.as_str());
+                let said = self.tracked.resize.progress.as_ref().and_then(|(_, e)| e.as_deref())
+                    == Some(error.as_str());
                 if !said {
                     let text = resize::event_text("error", running, Some(&error));
-                    self.ctx.rec.warning(&self.desired.key, None, "ResizeError", text);
+                    self.ctx.exec.rec.warning(&self.desired.key, None, "ResizeError", text);
                 }
-                if let Some((_, e)) = self.resize.progress.as_mut() {
+                if let Some((_, e)) = self.tracked.resize.progress.as_mut() {
                     *e = Some(error);
                 }
                 Some(now_ns() + RESIZE_RETRY_NS)
@@ -292,6 +292,7 @@ impl Worker {
             };
             info!(container = %u.name, resource, "resizing container");
             self.ctx
+                .exec
                 .cri
                 .update_container_resources(&u.id, resize::linux_resources(a))
                 .await
@@ -303,11 +304,11 @@ impl Worker {
     /// After a sync's observation: a resize in progress whose allocation every running container
     /// now has is complete.
     pub(super) fn resize_settled(&mut self, running: &Pod, actions: &Actions) {
-        if actions.is_empty() && self.resize.progress.take().is_some() {
+        if actions.is_empty() && self.tracked.resize.progress.take().is_some() {
             // The status published at the start of this sync still shows it in progress.
             self.acted = true;
             let text = resize::event_text("completed", running, None);
-            self.ctx.rec.normal(&self.desired.key, None, "ResizeCompleted", text);
+            self.ctx.exec.rec.normal(&self.desired.key, None, "ResizeCompleted", text);
         }
     }
 
@@ -325,10 +326,10 @@ impl Worker {
                 observed_generation: generation,
             };
         let mut out = Vec::new();
-        if let Some((reason, message, since)) = &self.resize.pending {
+        if let Some((reason, message, since)) = &self.tracked.resize.pending {
             out.push(cond(PENDING, Some(reason), Some(message), since));
         }
-        if let Some((since, error)) = &self.resize.progress {
+        if let Some((since, error)) = &self.tracked.resize.progress {
             let reason = error.as_ref().map(|_| REASON_ERROR);
             out.push(cond(IN_PROGRESS, reason, error.as_deref(), since));
         }
@@ -339,7 +340,7 @@ impl Worker {
     /// as upstream reports them: the allocated requests, and the allocated resources with what
     /// the runtime applied in place of cpu/memory while the instance runs.
     pub(super) fn resize_status(&self, statuses: &mut [ContainerStatus], observed: &ObservedPod) {
-        let running = match &self.resize.running {
+        let running = match &self.tracked.resize.running {
             Some((_, running)) => running.clone(),
             None => return,
         };

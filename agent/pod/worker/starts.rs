@@ -21,9 +21,10 @@ impl Worker {
         requeue: &mut Option<i64>,
     ) -> bool {
         let now = now_ns();
-        if let Some((e, until)) = crash_backoff_wait(&self.crash_backoff, &self.desired, spec, observed, now)
+        if let Some((e, until)) =
+            crash_backoff_wait(&self.saved.crash_backoff, &self.desired, spec, observed, now)
         {
-            self.ctx.rec.warning(
+            self.ctx.exec.rec.warning(
                 &self.desired.key,
                 Some(&spec.name),
                 "BackOff",
@@ -32,20 +33,21 @@ impl Worker {
                     spec.name, self.desired.key.name
                 ),
             );
-            self.start_errors.insert(spec.name.clone(), e);
+            self.tracked.start_errors.insert(spec.name.clone(), e);
             *requeue = Some(requeue.map_or(until, |r| r.min(until)));
             return false;
         }
         if let Some(exited) =
             observed.containers.iter().find(|o| o.name == spec.name && o.state == ContainerState::Exited)
         {
-            self.crash_backoff.next(&backoff_key(spec), exited.finished_at, now);
+            self.saved.crash_backoff.next(&backoff_key(spec), exited.finished_at, now);
             self.save_backoff().await;
         }
         // An in-place update pulled this image before stopping the old instance (DESIGN
         // difference 4): start from that image, not from a second pull after the stop, which
         // could fail with the old container gone or resolve a moved tag to other content.
         let pulled_image = self
+            .saved
             .update
             .as_ref()
             .filter(|u| !u.done && u.images.get(&spec.name) == spec.image.as_ref())
@@ -63,9 +65,9 @@ impl Worker {
             images_seen: sandbox.images_seen,
         };
         let span = tracing::trace_span!("start_container", kind = kind.as_str());
-        match start_container(&self.ctx, &req).instrument(span).await {
+        match start_container(&self.ctx.starts, &req).instrument(span).await {
             Ok(id) => {
-                self.start_errors.remove(&spec.name);
+                self.tracked.start_errors.remove(&spec.name);
                 self.publish_started(&id, sandbox.id).await;
                 true
             }
@@ -74,7 +76,7 @@ impl Worker {
                 // which is also when a pull back-off first expires (R7.11).
                 let at = now + 10_000_000_000;
                 *requeue = Some(requeue.map_or(at, |r| r.min(at)));
-                self.start_errors.insert(spec.name.clone(), e);
+                self.tracked.start_errors.insert(spec.name.clone(), e);
                 false
             }
         }

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::ContainerStatus;
 use serde_json::{Value, json};
 
 use super::*;
-use crate::context::PodContext;
+use crate::context::WorkerContext;
 use crate::cri::Runtime;
 use crate::cri::fake::FakeRuntime;
 use crate::ledger::Ledger;
@@ -67,8 +67,14 @@ fn node(fake: FakeRuntime, pod: DesiredPod) -> Node {
     };
     let fake = Arc::new(fake);
     let runtime: Arc<dyn Runtime> = fake.clone();
-    let ctx =
-        PodContext::new(runtime, config, Registry::default(), Ledger::default(), Arc::new(Metrics::new()));
+    let ctx = WorkerContext::new(
+        runtime,
+        config,
+        Registry::default(),
+        Ledger::default(),
+        Arc::new(Metrics::new()),
+        None,
+    );
     let cancel = CancellationToken::new();
     let worker = Worker::new(ctx, pod, Arc::new(Notify::new()), &cancel);
     Node { fake, worker, cancel, _dir: dir }
