@@ -168,16 +168,24 @@ async fn sample(env_endpoint: String, state: Arc<Mutex<Sampler>>, stop: Arc<Atom
     }
 }
 
-/// Every pod cgroup directory of `uid`, in any hierarchy.
+/// Every pod cgroup directory of `uid`: in any v1 hierarchy or the unified tree, under either
+/// cgroup driver's naming.
 fn pod_cgroups(uid: &str) -> Vec<PathBuf> {
+    let root = PathBuf::from("/sys/fs/cgroup");
+    let hierarchies = std::fs::read_dir(&root).into_iter().flatten().filter_map(Result::ok).map(|h| h.path());
+    let escaped = uid.replace('-', "_");
     let mut out = Vec::new();
-    let Ok(hs) = std::fs::read_dir("/sys/fs/cgroup") else { return out };
-    for h in hs.filter_map(Result::ok) {
-        for qos in ["kubepods/besteffort", "kubepods/burstable", "kubepods"] {
-            let d = h.path().join(qos).join(format!("pod{uid}"));
-            if d.is_dir() {
-                out.push(d);
-            }
+    for h in std::iter::once(root.clone()).chain(hierarchies) {
+        for qos in ["besteffort", "burstable", ""] {
+            let (dir, slice) = if qos.is_empty() {
+                (h.join("kubepods"), h.join(format!("kubepods.slice/kubepods-pod{escaped}.slice")))
+            } else {
+                (
+                    h.join("kubepods").join(qos),
+                    h.join(format!("kubepods.slice/kubepods-{qos}.slice/kubepods-{qos}-pod{escaped}.slice")),
+                )
+            };
+            out.extend([dir.join(format!("pod{uid}")), slice].into_iter().filter(|d| d.is_dir()));
         }
     }
     out
