@@ -84,6 +84,14 @@ pub fn ephemeral_containers(pod: &Pod) -> Vec<(Container, Option<String>)> {
         .collect()
 }
 
+/// Does the agent run `pod` as a stand-in ([`crate::model::keys::STAND_IN`]: the spec its
+/// sandbox carries, its manifest broken or not read yet)? That spec can be older than what runs
+/// (an in-place update since, a resize), so nothing is changed to match it: no restart for a
+/// changed definition, no in-place update, no resize, until the manifest is good again.
+pub fn is_stand_in(pod: &Pod) -> bool {
+    pod.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(crate::model::keys::STAND_IN))
+}
+
 /// The pod's effective requests, as the scheduler and the kubelet count them: the larger of the
 /// app containers plus sidecars and the largest regular init container (plus the sidecars
 /// started before it), plus the pod overhead.

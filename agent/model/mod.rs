@@ -253,6 +253,9 @@ pub mod keys {
     /// crilet's own: the full pod spec JSON, kept on the sandbox so a pod whose manifest vanished
     /// while the agent was down can still be terminated in order with its hooks and grace.
     pub const POD_SPEC: &str = "crilet.io/pod-spec";
+    /// crilet's own, on a pod the agent runs from the spec its sandbox carries because its
+    /// manifest is broken or not read yet: what runs is kept as it is (`podspec::is_stand_in`).
+    pub const STAND_IN: &str = "crilet.io/stand-in";
 }
 
 #[cfg(test)]

@@ -148,6 +148,9 @@ fn host_network(pod: &Pod) -> bool {
 /// the desired container's. An unknown scheme never counts as a change. A static pod's container
 /// whose env read labels or annotations that have changed since counts too (`metadata_env`).
 pub fn container_changed(pod: &Pod, spec: &Container, running: &ObservedContainer) -> bool {
+    if crate::podspec::is_stand_in(pod) {
+        return false;
+    }
     let scheme = running.annotations.get(HASH_SCHEME_ANNOTATION).map(String::as_str);
     let hash_changed = match container_hash_with(scheme, spec) {
         Some(want) => want != running.hash,

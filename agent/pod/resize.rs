@@ -198,7 +198,7 @@ pub struct Room {
 /// with `others` the requests of every other pod admitted on the node, at their allocation.
 pub fn decide(spec: &Pod, allocated: &Pod, room: Room, others: (i64, i64)) -> Decision {
     let alloc = Allocation::of(allocated);
-    if alloc.changed(spec).is_empty() {
+    if alloc.changed(spec).is_empty() || crate::podspec::is_stand_in(spec) {
         return Decision::Unchanged;
     }
     let (from, to) = (qos_class(allocated), qos_class(spec));

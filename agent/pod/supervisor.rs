@@ -354,7 +354,7 @@ impl Supervisor {
                 sb.labels.get(keys::POD_NAMESPACE).cloned().unwrap_or_else(|| "default".into()),
                 sb.labels.get(keys::POD_NAME).cloned().unwrap_or_default(),
             );
-            let pod: Pod = sb
+            let mut pod: Pod = sb
                 .annotations
                 .get(keys::POD_SPEC)
                 .and_then(|j| serde_json::from_str(j).ok())
@@ -364,6 +364,10 @@ impl Supervisor {
                 continue;
             }
             let keep = source.manifest().is_some_and(|file| file_broken(set, file));
+            if keep {
+                // The sandbox's spec may be older than what runs: keep what runs as it is.
+                pod.metadata.annotations.get_or_insert_default().insert(keys::STAND_IN.into(), "true".into());
+            }
             let d = DesiredPod {
                 key,
                 uid: uid.clone(),

@@ -5,13 +5,25 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-/// Runs `f` every `every` until it returns Some; None once `limit` has passed since the start
-/// (`f` runs at least once, and once more after the deadline's last sleep).
+/// `CRILET_TEST_TIME_SCALE` (a number, 1 when unset): how much slower than this machine the
+/// one running the tests is. `hack/guest.sh test` sets it for the QEMU guest, which runs on TCG
+/// several times slower; every wait's deadline is stretched by it, nothing else.
+pub fn time_scale() -> f64 {
+    std::env::var("CRILET_TEST_TIME_SCALE")
+        .ok()
+        .and_then(|s| s.parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s >= 1.0)
+        .unwrap_or(1.0)
+}
+
+/// Runs `f` every `every` until it returns Some; None once `limit` (times [`time_scale`]) has
+/// passed since the start (`f` runs at least once, and once more after the deadline's last sleep).
 pub async fn poll_until<T, F, Fut>(limit: Duration, every: Duration, mut f: F) -> Option<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
+    let limit = limit.mul_f64(time_scale());
     let start = Instant::now();
     loop {
         if let Some(v) = f().await {

@@ -55,6 +55,11 @@ impl PodB {
         }
         self
     }
+    fn stand_in(mut self) -> Self {
+        let a = self.0.metadata.annotations.get_or_insert_default();
+        a.insert(crate::model::keys::STAND_IN.into(), "true".into());
+        self
+    }
     fn image(mut self, n: &str, image: &str) -> Self {
         let s = self.spec();
         for c in s.containers.iter_mut().chain(s.init_containers.iter_mut().flatten()) {
@@ -260,6 +265,12 @@ fn sandbox_and_app_cases() {
             pod().app("a").app("b").image("a", "img:2"),
             observed().ready().running("a").running("b"),
             Want { kills: vec![("a-0", KillReason::SpecChanged)], app: vec!["a"], ..Default::default() },
+        ),
+        (
+            "a stand-in (its manifest broken: the sandbox's older spec) restarts nothing for it",
+            pod().app("a").app("b").image("a", "img:2").stand_in(),
+            observed().ready().running("a").running("b"),
+            Want::default(),
         ),
         (
             "image changed under Never still restarts (R2.4)",

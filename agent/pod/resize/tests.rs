@@ -172,6 +172,14 @@ fn decide_accepts_defers_and_refuses_as_the_kubelet() {
         ("not beside the others", burstable("1500m"), (1000, 0), "Deferred"),
         ("never", burstable("3"), (0, 0), "Infeasible"),
         (
+            "a stand-in's older spec (its manifest broken): what runs is kept",
+            pod(
+                "metadata: {annotations: {crilet.io/stand-in: 'true'}}\nspec: {containers: [{name: a, resources: {requests: {cpu: '1'}}}]}",
+            ),
+            (500, 0),
+            "Unchanged",
+        ),
+        (
             "QoS would change",
             pod(
                 "spec: {containers: [{name: a, resources: {requests: {cpu: 500m, memory: 1Mi}, limits: {cpu: 500m, memory: 1Mi}}}]}",
