@@ -9,6 +9,12 @@
 #        hack/guest.sh up             boot a throw-away overlay of the image, wait for ssh and a
 #                                     running system, import the test images (pause, busybox, web)
 #        hack/guest.sh ssh [CMD...]   run CMD as root in the guest (exit status comes back)
+#        hack/guest.sh test DRIVER BIN [ARGS...]
+#                                     run a host integration test binary (tests/*.rs, built by
+#                                     cargo) in the guest against its containerd on cgroup
+#                                     driver DRIVER (cgroupfs or systemd), crilet.service stopped
+#                                     meanwhile; CRILET_CHAOS_* pass through, and the waits'
+#                                     deadlines stretch by CRILET_TEST_TIME_SCALE (5)
 #        hack/guest.sh down           `systemctl poweroff`, then the QEMU process by its PID; the
 #                                     run's overlay and share are removed
 #        hack/guest.sh status         whether a guest runs
@@ -219,6 +225,46 @@ EOF
     log "guest up in $((SECONDS - t0)) s: systemd $(gssh 'systemctl --version | head -n1 | cut -d" " -f2'), $(gssh 'stat -fc %T /sys/fs/cgroup'), containerd $(gssh 'containerd --version | cut -d" " -f3')"
 }
 
+# test DRIVER BIN [ARGS...] — a test binary of tests/ in the guest: it and the crilet it was
+# built with (at the path compiled into it) come through the share, its env file names the
+# guest's containerd and images, and containerd runs on DRIVER (crilet follows what containerd
+# reports).
+run_test() {
+    local driver="${1:-}" bin="${2:-}" crilet target systemd
+    case "$driver" in cgroupfs) systemd=false ;; systemd) systemd=true ;; *) die "test: DRIVER is cgroupfs or systemd" ;; esac
+    [ -x "$bin" ] || die "test: no test binary $bin"
+    shift 2
+    guest_pid >/dev/null || die "no guest runs (hack/guest.sh up)"
+    target="$(cargo metadata --format-version 1 --no-deps --manifest-path "$REPO_ROOT/Cargo.toml" |
+        python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')"
+    crilet="$target/debug/crilet"
+    [ -x "$crilet" ] || die "test: no $crilet (cargo build first)"
+    mkdir -p "$GUEST_SHARE/tests"
+    cp -f "$bin" "$GUEST_SHARE/tests/"
+    cp -f "$crilet" "$GUEST_SHARE/tests/crilet"
+    cat >"$GUEST_SHARE/tests/env" <<EOF
+CRILET_RUNTIME=2.1
+CRILET_RUNTIME_VERSION=$(gssh 'containerd --version | cut -d" " -f3')
+CRILET_CONTAINERD_ENDPOINT=unix:///run/containerd/containerd.sock
+CRILET_CONTAINERD_SOCKET=/run/containerd/containerd.sock
+CRILET_CONTAINERD_NAMESPACE=k8s.io
+CRILET_CGROUP_DRIVER=$driver
+CRILET_IMAGE_PAUSE=$IMAGE_PAUSE
+CRILET_IMAGE_BUSYBOX=$IMAGE_BUSYBOX
+CRILET_IMAGE_WEB_V1=$REGISTRY/web:v1
+CRILET_IMAGE_WEB_V2=$REGISTRY/web:v2
+EOF
+    local passed=() v
+    # TCG runs the guest several times slower than the host: the tests' waits stretch by this.
+    passed+=("CRILET_TEST_TIME_SCALE=${CRILET_TEST_TIME_SCALE:-5}")
+    for v in $(compgen -v CRILET_CHAOS_ || true); do passed+=("$v=${!v}"); done
+    gssh "systemctl stop crilet 2>/dev/null; rm -f /etc/crilet/manifests/*; \
+        if ! grep -q 'SystemdCgroup = $systemd' /etc/containerd/config.toml; then \
+            sed -i 's/SystemdCgroup = [a-z]*/SystemdCgroup = $systemd/' /etc/containerd/config.toml && systemctl restart containerd; fi; \
+        mkdir -p '$(dirname "$crilet")' && ln -sf /mnt/host/tests/crilet '$crilet' && \
+        cd /tmp && env CRILET_ENV_FILE=/mnt/host/tests/env ${passed[*]} /mnt/host/tests/$(basename "$bin") $(printf '%q ' "$@")"
+}
+
 down() {
     local pid
     if pid="$(guest_pid)"; then
@@ -240,6 +286,7 @@ case "${1:-}" in
     customize-rootfs) customize_rootfs "$2" ;;
     up) up ;;
     down) down ;;
+    test) shift; run_test "$@" ;;
     ssh)
         shift
         guest_pid >/dev/null || die "no guest runs (hack/guest.sh up)"
