@@ -165,7 +165,7 @@ pub async fn run_worker(
     let key = initial.key.clone();
     ctx.registry.register_waker(&key, wake.clone());
     let registered = wake.clone();
-    let mut w = Worker::new(ctx.clone(), initial, wake.clone(), &cancel);
+    let mut w = Worker::new(ctx.clone(), initial, wake.clone(), &cancel).await;
     async move {
         let mut failures: u32 = 0;
         loop {
@@ -239,8 +239,9 @@ pub async fn run_worker(
 
 impl Worker {
     /// A worker for `initial`, carrying on from what an earlier agent saved under the pod's dir
-    /// (back-off, status, in-place update, outside conditions, a kill under way).
-    fn new(
+    /// (back-off, status, in-place update, outside conditions, a kill under way, probe results),
+    /// read on the blocking pool.
+    async fn new(
         ctx: Arc<WorkerContext>,
         initial: DesiredPod,
         wake: Arc<Notify>,
@@ -254,7 +255,7 @@ impl Worker {
             wake,
             cancel.child_token(),
         );
-        let saved = Saved::load(&ctx.node, &initial.uid);
+        let (probes, saved) = futures::future::join(probes, Saved::load(&ctx.node, &initial.uid)).await;
         if ctx.registry.external_conditions(&initial.key).is_empty() {
             for c in saved.conditions.iter().flatten() {
                 ctx.registry.set_external_condition(&initial.key, c.clone(), false);
@@ -364,7 +365,7 @@ impl Worker {
                     if kill_pod(&ctx.exec, key, &pod, &observed, grace, deadline, "active deadline exceeded")
                         .await
                     {
-                        self.end_kill();
+                        self.end_kill().await;
                     }
                 }
                 return Ok(None);
@@ -372,13 +373,13 @@ impl Worker {
             SyncPlan::Reset { reset, kill_under_way } => {
                 if !kill_under_way {
                     // No pod kill is under way: a deadline saved by one that ended with the agent is void.
-                    self.end_kill();
+                    self.end_kill().await;
                 }
                 self.acted = true;
                 return self.reset_all(&observed, &reset).await;
             }
             SyncPlan::Idle { requeue } => {
-                self.end_kill();
+                self.end_kill().await;
                 self.resize_settled(&pod, &crate::pod::resize::Actions::default());
                 self.collect_garbage(&observed).await;
                 return Ok(requeue);
@@ -386,7 +387,7 @@ impl Worker {
             SyncPlan::Act { plan, resize, requeue } => (plan, resize, requeue),
         };
         if the_plan.kill_pod.is_none() {
-            self.end_kill();
+            self.end_kill().await;
         }
         self.resize_settled(&pod, &resize_actions);
         debug!(plan = ?the_plan, "sync plan");
@@ -409,7 +410,7 @@ impl Worker {
                 info!(reason = why, "killing pod");
                 let deadline = self.begin_kill(grace).await;
                 if kill_pod(&ctx.exec, &key, &pod, &observed, grace, deadline, why).await {
-                    self.end_kill();
+                    self.end_kill().await;
                 }
             }
             if the_plan.create_sandbox.is_none() {

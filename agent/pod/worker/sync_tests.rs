@@ -54,7 +54,7 @@ struct Node {
     _dir: tempfile::TempDir,
 }
 
-fn node(fake: FakeRuntime, pod: DesiredPod) -> Node {
+async fn node(fake: FakeRuntime, pod: DesiredPod) -> Node {
     let dir = tempfile::tempdir().expect("tempdir");
     let config = NodeConfig {
         root_dir: dir.path().join("root"),
@@ -76,7 +76,7 @@ fn node(fake: FakeRuntime, pod: DesiredPod) -> Node {
         None,
     );
     let cancel = CancellationToken::new();
-    let worker = Worker::new(ctx, pod, Arc::new(Notify::new()), &cancel);
+    let worker = Worker::new(ctx, pod, Arc::new(Notify::new()), &cancel).await;
     Node { fake, worker, cancel, _dir: dir }
 }
 
@@ -150,7 +150,7 @@ async fn a_new_pod_runs_its_init_then_its_sidecar_then_its_app() {
         "containers": [container("app", "nginx:1")],
     });
     let fake = FakeRuntime::new().with_images(&["busybox:1", "envoy:1"]).pullable(&["nginx:1"]);
-    let mut n = node(fake, desired(spec));
+    let mut n = node(fake, desired(spec)).await;
 
     let steps: [Step; 3] = [
         (
@@ -200,7 +200,7 @@ async fn a_new_pod_runs_its_init_then_its_sidecar_then_its_app() {
 #[tokio::test]
 async fn a_failing_app_restarts_after_its_crash_back_off() {
     let spec = json!({"containers": [container("app", "busybox:1")]});
-    let mut n = node(FakeRuntime::new().with_images(&["busybox:1"]), desired(spec));
+    let mut n = node(FakeRuntime::new().with_images(&["busybox:1"]), desired(spec)).await;
     assert_eq!(
         n.sync().await,
         strings(&["RunPodSandbox web/0", "CreateContainer app/0", "StartContainer app/0"])
@@ -235,7 +235,7 @@ async fn termination_stops_the_app_before_its_sidecar_within_one_grace_budget() 
         "initContainers": [sidecar("side", "envoy:1")],
         "containers": [container("app", "nginx:1")],
     });
-    let mut n = node(FakeRuntime::new().with_images(&["envoy:1", "nginx:1"]), desired(spec));
+    let mut n = node(FakeRuntime::new().with_images(&["envoy:1", "nginx:1"]), desired(spec)).await;
     n.sync().await;
     assert_eq!(n.statuses(), strings(&["side: running, restarts 0", "app: running, restarts 0"]));
     // The app drains for 5 s; the sidecar ignores SIGTERM.
@@ -281,7 +281,7 @@ async fn a_lost_sandbox_is_recreated_and_the_init_sequence_runs_again() {
         "initContainers": [container("init", "busybox:1")],
         "containers": [container("app", "nginx:1")],
     });
-    let mut n = node(FakeRuntime::new().with_images(&["busybox:1", "nginx:1"]), desired(spec));
+    let mut n = node(FakeRuntime::new().with_images(&["busybox:1", "nginx:1"]), desired(spec)).await;
     n.sync().await;
     n.fake.exit("init", 0);
     n.sync().await;
@@ -325,7 +325,7 @@ async fn an_image_edit_restarts_only_that_container_in_place() {
         })
     };
     let fake = FakeRuntime::new().with_images(&["envoy:1", "nginx:1", "busybox:1"]).pullable(&["nginx:2"]);
-    let mut n = node(fake, desired(spec("nginx:1")));
+    let mut n = node(fake, desired(spec("nginx:1"))).await;
     n.sync().await;
     let before = n.observe().await;
 
