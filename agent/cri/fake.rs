@@ -56,6 +56,9 @@ struct State {
     registry: BTreeSet<String>,
     /// By container name: how long it takes to exit after SIGTERM, and with which code.
     on_sigterm: HashMap<String, (Duration, i32)>,
+    /// Sandboxes `StopPodSandbox` was called on: one that died by itself (`lose_sandbox`) is
+    /// not ready but, as in containerd, holds its network until it is stopped.
+    stopped: BTreeSet<String>,
     calls: Vec<Call>,
 }
 
@@ -280,6 +283,21 @@ impl FakeRuntime {
         }
     }
 
+    /// The sandboxes of pod `uid` never stopped by `StopPodSandbox` (`name/attempt`, oldest
+    /// first): ready ones, and dead ones whose network is still set up.
+    pub fn unstopped_sandboxes(&self, uid: &str) -> Vec<String> {
+        let s = self.state();
+        let mut left: Vec<&api::PodSandboxStatus> = s
+            .sandboxes
+            .values()
+            .filter(|sb| {
+                sb.labels.get(keys::POD_UID).is_some_and(|u| u == uid) && !s.stopped.contains(&sb.id)
+            })
+            .collect();
+        left.sort_by_key(|sb| sb.created_at);
+        left.into_iter().map(sandbox_label).collect()
+    }
+
     /// Every call so far.
     pub fn calls(&self) -> Vec<Call> {
         self.state().calls.clone()
@@ -379,6 +397,9 @@ impl Runtime for FakeRuntime {
         let mut s = self.state();
         s.record_on("StopPodSandbox", id, None);
         stop_sandbox_in(&mut s, id);
+        if s.sandboxes.contains_key(id) {
+            s.stopped.insert(id.to_string());
+        }
         drop(s);
         self.wake();
         Ok(())
@@ -393,6 +414,7 @@ impl Runtime for FakeRuntime {
             return Err(rpc("RemovePodSandbox", id, tonic::Code::FailedPrecondition, msg));
         }
         s.sandboxes.remove(id);
+        s.stopped.remove(id);
         s.containers.retain(|_, c| c.sandbox_id != id);
         Ok(())
     }

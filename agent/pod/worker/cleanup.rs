@@ -120,11 +120,6 @@ impl Worker {
         if !remove {
             self.observe_and_publish(true).await;
         }
-        // Sandboxes that were already not ready were skipped by kill_pod; stop them too so their
-        // network is released.
-        for sb in observed.sandboxes.iter().filter(|s| s.state != SandboxState::Ready) {
-            let _ = ctx.exec.cri.stop_sandbox(&sb.id).await;
-        }
         if remove {
             for sb in &observed.sandboxes {
                 if let Err(e) = ctx.exec.cri.remove_sandbox(&sb.id).await {

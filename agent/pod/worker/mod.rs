@@ -144,6 +144,10 @@ struct Tracked {
     first_seen: jiff::Timestamp,
     /// Instances the agent killed itself (their 137 is no sign of a sandbox going away).
     killed_by_agent: BTreeSet<String>,
+    /// Sandboxes a pod kill of this worker stopped: a not-ready one outside this set died by
+    /// itself and is stopped by the next pod kill (after an agent restart, once more: the call
+    /// is a no-op on a stopped sandbox).
+    stopped_sandboxes: BTreeSet<String>,
     /// In-place resize (KEP-1287): the allocation (also saved, `allocation.json`) and the resize
     /// conditions.
     resize: resize::ResizeState,
@@ -273,6 +277,7 @@ impl Worker {
                 failed: None,
                 first_seen: jiff::Timestamp::now(),
                 killed_by_agent: BTreeSet::new(),
+                stopped_sandboxes: BTreeSet::new(),
                 resize: resize::ResizeState::default(),
                 mount_failures: 0,
             },
@@ -330,6 +335,7 @@ impl Worker {
         let (probe_results, probe_states) = self.probes.view();
         let (held, update_requeue) = self.step_update(&observed, &probe_results, &probe_states).await;
         self.tracked.killed_by_agent.retain(|id| observed.containers.iter().any(|c| &c.id == id));
+        self.tracked.stopped_sandboxes.retain(|id| observed.sandboxes.iter().any(|s| &s.id == id));
         let actual = || self.actual_resources(&pod, &observed);
         let decision = sync::decide(&sync::SyncFacts {
             pod: &pod,
@@ -340,6 +346,7 @@ impl Worker {
             deadline: self.active_deadline(&observed),
             deadline_exceeded: self.tracked.failed == Some(Failed::DeadlineExceeded),
             killed_by_agent: &self.tracked.killed_by_agent,
+            stopped_sandboxes: &self.tracked.stopped_sandboxes,
             update_requeue,
             resize_requeue,
             actual: &actual,
@@ -366,6 +373,7 @@ impl Worker {
                         .await
                     {
                         self.end_kill().await;
+                        self.sandboxes_stopped(&observed);
                     }
                 }
                 return Ok(None);
@@ -400,7 +408,7 @@ impl Worker {
         let containers = all_containers(&pod);
 
         if let Some(reason) = the_plan.kill_pod {
-            if sync::anything_runs(&observed) {
+            if sync::anything_to_stop(&observed, &self.tracked.stopped_sandboxes) {
                 let why = match reason {
                     PodKillReason::SandboxChanged => "sandbox changed",
                     PodKillReason::SandboxLostNoRestart => "sandbox lost",
@@ -411,6 +419,7 @@ impl Worker {
                 let deadline = self.begin_kill(grace).await;
                 if kill_pod(&ctx.exec, &key, &pod, &observed, grace, deadline, why).await {
                     self.end_kill().await;
+                    self.sandboxes_stopped(&observed);
                 }
             }
             if the_plan.create_sandbox.is_none() {
@@ -591,6 +600,11 @@ impl Worker {
             seen = present.as_ref();
         }
         Ok(requeue)
+    }
+
+    /// A pod kill stopped every sandbox of `observed`.
+    fn sandboxes_stopped(&mut self, observed: &ObservedPod) {
+        self.tracked.stopped_sandboxes.extend(observed.sandboxes.iter().map(|s| s.id.clone()));
     }
 
     /// When `activeDeadlineSeconds` (counted from the pod's start time) runs out, in ns.

@@ -291,13 +291,16 @@ async fn a_lost_sandbox_is_recreated_and_the_init_sequence_runs_again() {
     assert_eq!(
         n.sync().await,
         strings(&[
+            "StopPodSandbox web/0",
             "RemoveContainer init/0",
             "RunPodSandbox web/1",
             "CreateContainer init/1",
             "StartContainer init/1"
         ]),
-        "nothing runs any more: no kill; the init instance goes, a new sandbox, the init again"
+        "nothing runs any more, but the dead sandbox is stopped (its network released) before \
+         it is replaced; the init instance goes, a new sandbox, the init again"
     );
+    assert_eq!(n.fake.unstopped_sandboxes(UID), strings(&["web/1"]), "only the new sandbox is up");
     assert_eq!(n.statuses(), strings(&["init: running, restarts 1", "app: terminated 137, restarts 0"]));
     assert_eq!(n.sync().await, Vec::<String>::new(), "the app waits for the init container");
 
@@ -353,4 +356,22 @@ async fn an_image_edit_restarts_only_that_container_in_place() {
     );
     assert_eq!(n.sync().await, Vec::<String>::new(), "done: nothing more to do");
     assert_eq!(n.condition("InPlaceUpdateReady").as_deref(), Some("True"));
+}
+
+/// A restartPolicy Never pod whose sandbox dies after its container ran is not started again,
+/// but the dead sandbox is stopped (upstream's `killPodWithSyncResult` stops every sandbox of the
+/// pod, ready or not: only `StopPodSandbox` releases a dead sandbox's network), once.
+#[tokio::test]
+async fn a_lost_sandbox_of_a_pod_that_does_not_restart_is_stopped_once() {
+    let spec = json!({"restartPolicy": "Never", "containers": [container("app", "busybox:1")]});
+    let mut n = node(FakeRuntime::new().with_images(&["busybox:1"]), desired(spec)).await;
+    n.sync().await;
+    assert_eq!(n.fake.unstopped_sandboxes(UID), strings(&["web/0"]));
+
+    n.fake.lose_sandbox(UID);
+    assert_eq!(n.sync().await, strings(&["StopPodSandbox web/0"]), "the dead sandbox is stopped");
+    assert_eq!(n.fake.unstopped_sandboxes(UID), Vec::<String>::new());
+    assert_eq!(n.statuses(), strings(&["app: terminated 137, restarts 0"]));
+    assert_eq!(n.phase(), "Failed");
+    assert_eq!(n.sync().await, Vec::<String>::new(), "stopped already: not again, and no new sandbox");
 }
