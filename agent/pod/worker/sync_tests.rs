@@ -375,3 +375,90 @@ async fn a_lost_sandbox_of_a_pod_that_does_not_restart_is_stopped_once() {
     assert_eq!(n.phase(), "Failed");
     assert_eq!(n.sync().await, Vec::<String>::new(), "stopped already: not again, and no new sandbox");
 }
+
+/// A StartContainer that fails: the status shows why (RunContainerError), the sync asks to come
+/// back after the kubelet's sync back-off (10 s), and the retry starts a new instance, which runs.
+#[tokio::test]
+async fn a_failed_start_is_retried_after_the_sync_back_off() {
+    let spec = json!({"containers": [container("app", "busybox:1")]});
+    let mut n = node(FakeRuntime::new().with_images(&["busybox:1"]), desired(spec)).await;
+    n.fake.fail_next("StartContainer", 1);
+    let before = now_ns();
+    let requeue = n.worker.sync().await.expect("the sync runs");
+    let after = now_ns();
+    assert_eq!(
+        n.fake.take_actions(),
+        strings(&["RunPodSandbox web/0", "CreateContainer app/0", "StartContainer app/0"])
+    );
+    assert_eq!(n.statuses(), strings(&["app: waiting RunContainerError, restarts 0"]));
+    assert_eq!(n.phase(), "Pending");
+    let back = requeue.expect("a time to come back");
+    let s10 = 10_000_000_000;
+    assert!((before + s10..=after + s10).contains(&back), "back after 10 s: {}", back - before);
+
+    assert_eq!(n.sync().await, strings(&["CreateContainer app/1", "StartContainer app/1"]), "the retry");
+    // As upstream: the new instance counts the one that never started.
+    assert_eq!(n.statuses(), strings(&["app: running, restarts 1"]));
+    assert_eq!(n.phase(), "Running");
+    assert_eq!(n.sync().await, Vec::<String>::new(), "steady state");
+    // The instance that never started stays, as upstream's GC keeps one dead instance per
+    // container.
+    let left: Vec<(u32, ContainerState)> =
+        n.observe().await.containers.iter().map(|c| (c.attempt, c.state)).collect();
+    assert_eq!(left, [(1, ContainerState::Running), (0, ContainerState::Created)]);
+}
+
+/// A RunPodSandbox that fails: nothing else is tried, the sync comes back after the kubelet's
+/// sync back-off (10 s), and the retry makes the sandbox (the same attempt) and starts the pod.
+#[tokio::test]
+async fn a_failed_sandbox_is_retried_and_the_pod_starts() {
+    let spec = json!({"containers": [container("app", "busybox:1")]});
+    let mut n = node(FakeRuntime::new().with_images(&["busybox:1"]), desired(spec)).await;
+    n.fake.fail_next("RunPodSandbox", 1);
+    let before = now_ns();
+    let requeue = n.worker.sync().await.expect("the sync runs");
+    let after = now_ns();
+    assert_eq!(n.fake.take_actions(), strings(&["RunPodSandbox web/0"]));
+    assert_eq!(n.fake.unstopped_sandboxes(UID), Vec::<String>::new(), "no sandbox was made");
+    assert_eq!(n.statuses(), strings(&["app: waiting ContainerCreating, restarts 0"]));
+    assert_eq!(n.phase(), "Pending");
+    let back = requeue.expect("a time to come back");
+    let s10 = 10_000_000_000;
+    assert!((before + s10..=after + s10).contains(&back), "back after 10 s: {}", back - before);
+
+    assert_eq!(
+        n.sync().await,
+        strings(&["RunPodSandbox web/0", "CreateContainer app/0", "StartContainer app/0"]),
+        "the retry: the same attempt, then the app"
+    );
+    assert_eq!(n.statuses(), strings(&["app: running, restarts 0"]));
+    assert_eq!(n.phase(), "Running");
+}
+
+/// A StopContainer that fails while the pod is deleted: the sandbox is still stopped (which
+/// kills what runs in it, as upstream's kill goes on to `StopPodSandbox`), the kill reports the
+/// failure and the caller retries it within the same deadline; the retry finds nothing running
+/// and the pod ends well within its grace period.
+#[tokio::test(start_paused = true)]
+async fn a_failed_stop_during_termination_still_ends_the_pod_within_its_grace() {
+    let spec = json!({"terminationGracePeriodSeconds": 30, "containers": [container("app", "nginx:1")]});
+    let mut n = node(FakeRuntime::new().with_images(&["nginx:1"]), desired(spec)).await;
+    n.sync().await;
+    n.fake.fail_next("StopContainer", 1);
+    n.fake.on_sigterm("app", Duration::from_secs(5), 0);
+
+    let began = tokio::time::Instant::now();
+    let (_tx, mut desire) =
+        watch::channel(Desire::Terminate { remove: false, grace: None, node_shutdown: false });
+    let cancel = n.cancel.clone();
+    assert!(!n.worker.terminate(false, None, &mut desire, &cancel).await, "the failed stop is reported");
+    assert_eq!(n.fake.take_actions(), strings(&["StopContainer app/0", "StopPodSandbox web/0"]));
+    let warned = n.worker.ctx.registry.events(Some(&n.worker.desired.key));
+    assert!(warned.iter().any(|e| e.reason == "FailedKillContainer"), "{warned:?}");
+
+    assert!(n.worker.terminate(false, None, &mut desire, &cancel).await, "the retry ends the pod");
+    assert_eq!(n.fake.take_actions(), strings(&["StopPodSandbox web/0"]), "nothing runs: the sandbox again");
+    assert!(began.elapsed() < Duration::from_secs(30), "within the grace: {:?}", began.elapsed());
+    assert_eq!(n.statuses(), strings(&["app: terminated 137, restarts 0"]));
+    assert_eq!(n.fake.unstopped_sandboxes(UID), Vec::<String>::new());
+}
