@@ -5,7 +5,7 @@
 //! every call. A test plays the world around it: a container exits, a sandbox dies, time passes.
 //!
 //! What it leaves out: networking (a sandbox gets a made-up IP), processes (exec answers 0),
-//! the status cache, and failures the test does not ask for.
+//! the status cache, and failures the test does not ask for (`fail_next`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
@@ -56,6 +56,11 @@ struct State {
     registry: BTreeSet<String>,
     /// By container name: how long it takes to exit after SIGTERM, and with which code.
     on_sigterm: HashMap<String, (Duration, i32)>,
+    /// Sandboxes `StopPodSandbox` was called on: one that died by itself (`lose_sandbox`) is
+    /// not ready but, as in containerd, holds its network until it is stopped.
+    stopped: BTreeSet<String>,
+    /// By CRI method: how many of its next calls fail (`FakeRuntime::fail_next`).
+    failures: HashMap<&'static str, u32>,
     calls: Vec<Call>,
 }
 
@@ -139,6 +144,23 @@ impl State {
     fn record_on(&mut self, op: &'static str, id: &str, timeout: Option<Duration>) {
         let target = self.target_of(id);
         self.record(op, target, timeout);
+    }
+
+    /// Fails this call of `op` on `target` if the test asked for it (`FakeRuntime::fail_next`).
+    fn injected(&mut self, op: &'static str, target: &str) -> Result<(), CriError> {
+        match self.failures.get_mut(op) {
+            Some(n) if *n > 0 => {
+                *n -= 1;
+                Err(rpc(op, target, tonic::Code::Unknown, "injected failure"))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// [`State::injected`] for a call on object `id`, named as the call log names it.
+    fn injected_on(&mut self, op: &'static str, id: &str) -> Result<(), CriError> {
+        let target = self.target_of(id);
+        self.injected(op, &target)
     }
 
     fn target_of(&self, id: &str) -> String {
@@ -229,6 +251,14 @@ impl FakeRuntime {
         self.state().on_sigterm.insert(name.to_string(), (after, code));
     }
 
+    /// The next `times` calls of CRI method `op`, as the call log names it (`RunPodSandbox`,
+    /// `StopPodSandbox`, `RemovePodSandbox`, `CreateContainer`, `StartContainer`,
+    /// `StopContainer`, `UpdateContainerResources`, `RemoveContainer`, `ExecSync`, `PullImage`),
+    /// fail with `Unknown` and change nothing; they are still in the call log.
+    pub fn fail_next(&self, op: &'static str, times: u32) {
+        *self.state().failures.entry(op).or_default() += times;
+    }
+
     /// The newest running instance of container `name` exits with `code`, now.
     pub fn exit(&self, name: &str, code: i32) {
         let mut s = self.state();
@@ -278,6 +308,21 @@ impl FakeRuntime {
             back(&mut c.status.started_at);
             back(&mut c.status.finished_at);
         }
+    }
+
+    /// The sandboxes of pod `uid` never stopped by `StopPodSandbox` (`name/attempt`, oldest
+    /// first): ready ones, and dead ones whose network is still set up.
+    pub fn unstopped_sandboxes(&self, uid: &str) -> Vec<String> {
+        let s = self.state();
+        let mut left: Vec<&api::PodSandboxStatus> = s
+            .sandboxes
+            .values()
+            .filter(|sb| {
+                sb.labels.get(keys::POD_UID).is_some_and(|u| u == uid) && !s.stopped.contains(&sb.id)
+            })
+            .collect();
+        left.sort_by_key(|sb| sb.created_at);
+        left.into_iter().map(sandbox_label).collect()
     }
 
     /// Every call so far.
@@ -353,6 +398,11 @@ impl Runtime for FakeRuntime {
 
     async fn run_sandbox(&self, config: api::PodSandboxConfig, handler: &str) -> Result<String, CriError> {
         let mut s = self.state();
+        let label = config.metadata.as_ref().map(|m| format!("{}/{}", m.name, m.attempt)).unwrap_or_default();
+        if let Err(e) = s.injected("RunPodSandbox", &label) {
+            s.record("RunPodSandbox", label, None);
+            return Err(e);
+        }
         s.next_id += 1;
         let id = format!("sandbox-{}", s.next_id);
         let linux = config.linux.as_ref().and_then(|l| l.security_context.as_ref());
@@ -378,7 +428,11 @@ impl Runtime for FakeRuntime {
     async fn stop_sandbox(&self, id: &str) -> Result<(), CriError> {
         let mut s = self.state();
         s.record_on("StopPodSandbox", id, None);
+        s.injected_on("StopPodSandbox", id)?;
         stop_sandbox_in(&mut s, id);
+        if s.sandboxes.contains_key(id) {
+            s.stopped.insert(id.to_string());
+        }
         drop(s);
         self.wake();
         Ok(())
@@ -387,12 +441,14 @@ impl Runtime for FakeRuntime {
     async fn remove_sandbox(&self, id: &str) -> Result<(), CriError> {
         let mut s = self.state();
         s.record_on("RemovePodSandbox", id, None);
+        s.injected_on("RemovePodSandbox", id)?;
         let Some(sb) = s.sandboxes.get(id) else { return Ok(()) };
         if sb.state == api::PodSandboxState::SandboxReady as i32 {
             let msg = "sandbox container is not fully stopped";
             return Err(rpc("RemovePodSandbox", id, tonic::Code::FailedPrecondition, msg));
         }
         s.sandboxes.remove(id);
+        s.stopped.remove(id);
         s.containers.retain(|_, c| c.sandbox_id != id);
         Ok(())
     }
@@ -407,6 +463,7 @@ impl Runtime for FakeRuntime {
         let reference = config.image.as_ref().map(|i| i.image.clone()).unwrap_or_default();
         let name = config.metadata.as_ref().map(|m| format!("{}/{}", m.name, m.attempt)).unwrap_or_default();
         s.record("CreateContainer", name.clone(), None);
+        s.injected("CreateContainer", &name)?;
         if !s.sandboxes.contains_key(sandbox_id) {
             return Err(not_found("CreateContainer", &name));
         }
@@ -442,6 +499,7 @@ impl Runtime for FakeRuntime {
     async fn start_container(&self, id: &str) -> Result<(), CriError> {
         let mut s = self.state();
         s.record_on("StartContainer", id, None);
+        s.injected_on("StartContainer", id)?;
         let now = s.now();
         let c = s.containers.get_mut(id).ok_or_else(|| not_found("StartContainer", id))?;
         if c.status.state != api::ContainerState::ContainerCreated as i32 {
@@ -458,6 +516,7 @@ impl Runtime for FakeRuntime {
         let (exit_at, code) = {
             let mut s = self.state();
             s.record_on("StopContainer", id, Some(timeout));
+            s.injected_on("StopContainer", id)?;
             let Some(c) = s.containers.get(id).filter(|c| running(&c.status)) else { return Ok(()) };
             let name = c.status.labels.get(keys::CONTAINER_NAME).cloned().unwrap_or_default();
             let (after, code) = s.on_sigterm.get(&name).copied().unwrap_or((Duration::ZERO, 143));
@@ -485,6 +544,7 @@ impl Runtime for FakeRuntime {
     ) -> Result<(), CriError> {
         let mut s = self.state();
         s.record_on("UpdateContainerResources", id, None);
+        s.injected_on("UpdateContainerResources", id)?;
         let c = s.containers.get_mut(id).ok_or_else(|| not_found("UpdateContainerResources", id))?;
         c.status.resources = Some(api::ContainerResources { linux: Some(linux), windows: None });
         Ok(())
@@ -493,6 +553,7 @@ impl Runtime for FakeRuntime {
     async fn remove_container(&self, id: &str) -> Result<(), CriError> {
         let mut s = self.state();
         s.record_on("RemoveContainer", id, None);
+        s.injected_on("RemoveContainer", id)?;
         if s.containers.get(id).is_some_and(|c| running(&c.status)) {
             let msg = "container is running, stop it first";
             return Err(rpc("RemoveContainer", id, tonic::Code::FailedPrecondition, msg));
@@ -509,6 +570,7 @@ impl Runtime for FakeRuntime {
     ) -> Result<(i32, Vec<u8>), CriError> {
         let mut s = self.state();
         s.record_on("ExecSync", id, Some(timeout));
+        s.injected_on("ExecSync", id)?;
         match s.containers.get(id) {
             Some(c) if running(&c.status) => Ok((0, Vec::new())),
             Some(_) => Err(rpc("ExecSync", id, tonic::Code::Unknown, "container is not running")),
@@ -535,6 +597,7 @@ impl Runtime for FakeRuntime {
     ) -> Result<String, CriError> {
         let mut s = self.state();
         s.record("PullImage", image.to_string(), None);
+        s.injected("PullImage", image)?;
         if let Some(present) = s.find_image(image) {
             return Ok(present.id.clone());
         }

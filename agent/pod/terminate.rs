@@ -308,7 +308,9 @@ pub fn end_kill(pod_dir: &std::path::Path) {
 }
 
 /// Kills every running container of the pod in order by `deadline` (the pod's grace budget,
-/// `grace` long), then stops every sandbox that is still ready. Reports an overrun of the
+/// `grace` long), then stops every sandbox of the pod, ready or not (upstream's
+/// `killPodWithSyncResult`: a sandbox that died by itself keeps its network until
+/// `StopPodSandbox` tears it down; on one already stopped the call is a no-op). Reports an overrun of the
 /// budget as an event. Returns whether every stop succeeded (a failed one is retried by the
 /// caller within the same deadline).
 #[allow(clippy::too_many_arguments)]
@@ -383,19 +385,17 @@ pub async fn kill_pod_by(
         all_stopped &= done.unwrap_or(false);
     }
     for sb in &observed.sandboxes {
-        if sb.state == crate::model::SandboxState::Ready {
-            match exec.cri.stop_sandbox(&sb.id).await {
-                Ok(()) => {}
-                Err(e) if e.is_not_found() => {}
-                Err(e) => {
-                    all_stopped = false;
-                    exec.rec.warning(
-                        key,
-                        None,
-                        "FailedKillPod",
-                        format!("Failed to stop sandbox {}: {e}", sb.id),
-                    );
-                }
+        match exec.cri.stop_sandbox(&sb.id).await {
+            Ok(()) => {}
+            Err(e) if e.is_not_found() => {}
+            Err(e) => {
+                all_stopped = false;
+                exec.rec.warning(
+                    key,
+                    None,
+                    "FailedKillPod",
+                    format!("Failed to stop sandbox {}: {e}", sb.id),
+                );
             }
         }
     }

@@ -63,8 +63,9 @@ fn probed_containers(pod: &Pod) -> Vec<&Container> {
 }
 
 impl ProbeManager {
-    /// The probes of pod `uid`, with their results saved under its dir on `node`.
-    pub fn new(
+    /// The probes of pod `uid`, with their results saved under its dir on `node` (read back
+    /// off the async threads).
+    pub async fn new(
         ctx: Arc<ProbeContext>,
         node: &crate::node::NodeConfig,
         key: PodKey,
@@ -73,8 +74,11 @@ impl ProbeManager {
         cancel: CancellationToken,
     ) -> Self {
         let save_path = crate::node::pod_dir(node, uid).join("probe-results.json");
-        let restored: HashMap<String, Saved> =
-            std::fs::read(&save_path).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default();
+        let restored: HashMap<String, Saved> = tokio::fs::read(&save_path)
+            .await
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default();
         Self {
             ctx,
             key,

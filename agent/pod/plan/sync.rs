@@ -31,6 +31,8 @@ pub struct SyncFacts<'a> {
     pub deadline_exceeded: bool,
     /// Instances the agent killed itself (their 137 is no sign of a sandbox going away).
     pub killed_by_agent: &'a BTreeSet<String>,
+    /// Sandboxes the agent has stopped (`StopPodSandbox`).
+    pub stopped_sandboxes: &'a BTreeSet<String>,
     /// When the in-place update and the resize asked to be woken.
     pub update_requeue: Option<i64>,
     pub resize_requeue: Option<i64>,
@@ -57,7 +59,8 @@ pub enum SyncPlan {
 /// One sync's decision.
 pub fn decide(f: &SyncFacts<'_>) -> SyncPlan {
     if f.deadline_exceeded || f.deadline.is_some_and(|d| d <= f.now) {
-        return SyncPlan::Deadline { newly: !f.deadline_exceeded, kill: anything_runs(f.observed) };
+        let kill = anything_to_stop(f.observed, f.stopped_sandboxes);
+        return SyncPlan::Deadline { newly: !f.deadline_exceeded, kill };
     }
     let mut plan = plan_held(f.pod, f.observed, f.probes, f.held);
     let mut requeue = earliest(earliest(f.update_requeue, f.deadline), f.resize_requeue);
@@ -87,6 +90,13 @@ pub fn decide(f: &SyncFacts<'_>) -> SyncPlan {
 pub fn anything_runs(observed: &ObservedPod) -> bool {
     observed.containers.iter().any(|c| matches!(c.state, ContainerState::Running | ContainerState::Unknown))
         || observed.sandboxes.iter().any(|s| s.state == SandboxState::Ready)
+}
+
+/// Whether a pod kill has anything to stop: something runs, or a sandbox the agent has not
+/// stopped (`stopped`) died by itself. Upstream's `killPodWithSyncResult` stops every sandbox of
+/// the pod, ready or not: a dead sandbox keeps its network until `StopPodSandbox` tears it down.
+pub fn anything_to_stop(observed: &ObservedPod, stopped: &BTreeSet<String>) -> bool {
+    anything_runs(observed) || observed.sandboxes.iter().any(|s| !stopped.contains(&s.id))
 }
 
 /// The earlier of two optional times.

@@ -815,14 +815,25 @@ fn sync_decisions() {
     let none = ProbeResults::default();
     let nothing: BTreeSet<String> = BTreeSet::new();
     let ours: BTreeSet<String> = ["a-0".to_string()].into();
+    let stopped: BTreeSet<String> = ["sb0".to_string()].into();
     let no_actual = || BTreeMap::new();
     // The observed instances finished at about 100 ns (the builders' clock).
     let now = 1_000;
     let restart_all = pod().app("a").app("b").own_rule("a", "Never", "RestartAllContainers", &[42]);
-    // (name, pod, observed, deadline, exceeded before, killed by the agent, update and resize
-    // wake-ups, what the sync does)
-    type Case<'a> =
-        (&'a str, PodB, ObsB, Option<i64>, bool, &'a BTreeSet<String>, Option<i64>, Option<i64>, SyncPlan);
+    // (name, pod, observed, deadline, exceeded before, instances killed and sandboxes stopped by
+    // the agent, update and resize wake-ups, what the sync does)
+    type Case<'a> = (
+        &'a str,
+        PodB,
+        ObsB,
+        Option<i64>,
+        bool,
+        &'a BTreeSet<String>,
+        &'a BTreeSet<String>,
+        Option<i64>,
+        Option<i64>,
+        SyncPlan,
+    );
     let cases: Vec<Case> = vec![
         (
             "the deadline runs out now, the app runs: stop it",
@@ -830,6 +841,7 @@ fn sync_decisions() {
             observed().ready().running("a"),
             Some(now),
             false,
+            &nothing,
             &nothing,
             None,
             None,
@@ -842,9 +854,22 @@ fn sync_decisions() {
             Some(now - 1),
             true,
             &nothing,
+            &stopped,
             None,
             None,
             SyncPlan::Deadline { newly: false, kill: false },
+        ),
+        (
+            "the deadline ran out, nothing runs but the sandbox died by itself: stop it",
+            pod().app("a"),
+            observed().sandbox(SandboxState::NotReady, "", 0).exited("a", 137),
+            Some(now - 1),
+            true,
+            &nothing,
+            &nothing,
+            None,
+            None,
+            SyncPlan::Deadline { newly: false, kill: true },
         ),
         (
             "running and healthy: idle until the earliest wake-up (the deadline's)",
@@ -852,6 +877,7 @@ fn sync_decisions() {
             observed().ready().running("a"),
             Some(now + 50),
             false,
+            &nothing,
             &nothing,
             Some(now + 70),
             Some(now + 90),
@@ -864,6 +890,7 @@ fn sync_decisions() {
             None,
             false,
             &nothing,
+            &nothing,
             None,
             Some(now + 90),
             SyncPlan::Idle { requeue: Some(now + 90) },
@@ -874,6 +901,7 @@ fn sync_decisions() {
             observed().ready().running("b").exited("a", 42),
             None,
             false,
+            &nothing,
             &nothing,
             None,
             None,
@@ -894,6 +922,7 @@ fn sync_decisions() {
             None,
             false,
             &nothing,
+            &nothing,
             Some(now + 10_000_000_000),
             None,
             SyncPlan::Idle {
@@ -912,6 +941,7 @@ fn sync_decisions() {
             None,
             false,
             &ours,
+            &nothing,
             None,
             None,
             SyncPlan::Act {
@@ -927,6 +957,7 @@ fn sync_decisions() {
             None,
             false,
             &nothing,
+            &nothing,
             None,
             None,
             SyncPlan::Act {
@@ -936,7 +967,7 @@ fn sync_decisions() {
             },
         ),
     ];
-    for (name, p, o, deadline, exceeded, killed, update, resize, want) in cases {
+    for (name, p, o, deadline, exceeded, killed, stopped, update, resize, want) in cases {
         let got = decide(&SyncFacts {
             pod: &p.0,
             observed: &o.0,
@@ -946,6 +977,7 @@ fn sync_decisions() {
             deadline,
             deadline_exceeded: exceeded,
             killed_by_agent: killed,
+            stopped_sandboxes: stopped,
             update_requeue: update,
             resize_requeue: resize,
             actual: &no_actual,

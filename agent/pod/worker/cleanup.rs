@@ -30,7 +30,7 @@ impl Worker {
                             debug!(path = %c.log_path, error = %e, "removing an old instance's logs failed");
                         }
                     }
-                    self.remove_legacy_link(&c.name, &c.id);
+                    self.remove_legacy_link(&c.name, &c.id).await;
                 }
             }
             *seen = true;
@@ -116,14 +116,9 @@ impl Worker {
         if !stopped {
             return false;
         }
-        self.end_kill();
+        self.end_kill().await;
         if !remove {
             self.observe_and_publish(true).await;
-        }
-        // Sandboxes that were already not ready were skipped by kill_pod; stop them too so their
-        // network is released.
-        for sb in observed.sandboxes.iter().filter(|s| s.state != SandboxState::Ready) {
-            let _ = ctx.exec.cri.stop_sandbox(&sb.id).await;
         }
         if remove {
             for sb in &observed.sandboxes {
@@ -140,7 +135,7 @@ impl Worker {
                 }
             }
             for c in &observed.containers {
-                self.remove_legacy_link(&c.name, &c.id);
+                self.remove_legacy_link(&c.name, &c.id).await;
             }
             remove_tree(pod_log_dir(&ctx.node, &self.desired)).await;
             crate::pod::cgroups::remove_pod_cgroups_settled(&ctx.cgroups, &self.desired.uid).await;
@@ -154,11 +149,11 @@ impl Worker {
         true
     }
 
-    pub(super) fn remove_legacy_link(&self, container: &str, id: &str) {
+    pub(super) async fn remove_legacy_link(&self, container: &str, id: &str) {
         if let Some(link) =
             crate::pod::spec::legacy_log_symlink(&self.ctx.node, &self.desired.key, container, id)
         {
-            let _ = std::fs::remove_file(link);
+            let _ = tokio::fs::remove_file(link).await;
         }
     }
 }

@@ -144,6 +144,10 @@ struct Tracked {
     first_seen: jiff::Timestamp,
     /// Instances the agent killed itself (their 137 is no sign of a sandbox going away).
     killed_by_agent: BTreeSet<String>,
+    /// Sandboxes a pod kill of this worker stopped: a not-ready one outside this set died by
+    /// itself and is stopped by the next pod kill (after an agent restart, once more: the call
+    /// is a no-op on a stopped sandbox).
+    stopped_sandboxes: BTreeSet<String>,
     /// In-place resize (KEP-1287): the allocation (also saved, `allocation.json`) and the resize
     /// conditions.
     resize: resize::ResizeState,
@@ -165,7 +169,7 @@ pub async fn run_worker(
     let key = initial.key.clone();
     ctx.registry.register_waker(&key, wake.clone());
     let registered = wake.clone();
-    let mut w = Worker::new(ctx.clone(), initial, wake.clone(), &cancel);
+    let mut w = Worker::new(ctx.clone(), initial, wake.clone(), &cancel).await;
     async move {
         let mut failures: u32 = 0;
         loop {
@@ -239,8 +243,9 @@ pub async fn run_worker(
 
 impl Worker {
     /// A worker for `initial`, carrying on from what an earlier agent saved under the pod's dir
-    /// (back-off, status, in-place update, outside conditions, a kill under way).
-    fn new(
+    /// (back-off, status, in-place update, outside conditions, a kill under way, probe results),
+    /// read on the blocking pool.
+    async fn new(
         ctx: Arc<WorkerContext>,
         initial: DesiredPod,
         wake: Arc<Notify>,
@@ -254,7 +259,7 @@ impl Worker {
             wake,
             cancel.child_token(),
         );
-        let saved = Saved::load(&ctx.node, &initial.uid);
+        let (probes, saved) = futures::future::join(probes, Saved::load(&ctx.node, &initial.uid)).await;
         if ctx.registry.external_conditions(&initial.key).is_empty() {
             for c in saved.conditions.iter().flatten() {
                 ctx.registry.set_external_condition(&initial.key, c.clone(), false);
@@ -272,6 +277,7 @@ impl Worker {
                 failed: None,
                 first_seen: jiff::Timestamp::now(),
                 killed_by_agent: BTreeSet::new(),
+                stopped_sandboxes: BTreeSet::new(),
                 resize: resize::ResizeState::default(),
                 mount_failures: 0,
             },
@@ -329,6 +335,7 @@ impl Worker {
         let (probe_results, probe_states) = self.probes.view();
         let (held, update_requeue) = self.step_update(&observed, &probe_results, &probe_states).await;
         self.tracked.killed_by_agent.retain(|id| observed.containers.iter().any(|c| &c.id == id));
+        self.tracked.stopped_sandboxes.retain(|id| observed.sandboxes.iter().any(|s| &s.id == id));
         let actual = || self.actual_resources(&pod, &observed);
         let decision = sync::decide(&sync::SyncFacts {
             pod: &pod,
@@ -339,6 +346,7 @@ impl Worker {
             deadline: self.active_deadline(&observed),
             deadline_exceeded: self.tracked.failed == Some(Failed::DeadlineExceeded),
             killed_by_agent: &self.tracked.killed_by_agent,
+            stopped_sandboxes: &self.tracked.stopped_sandboxes,
             update_requeue,
             resize_requeue,
             actual: &actual,
@@ -364,7 +372,8 @@ impl Worker {
                     if kill_pod(&ctx.exec, key, &pod, &observed, grace, deadline, "active deadline exceeded")
                         .await
                     {
-                        self.end_kill();
+                        self.end_kill().await;
+                        self.sandboxes_stopped(&observed);
                     }
                 }
                 return Ok(None);
@@ -372,13 +381,13 @@ impl Worker {
             SyncPlan::Reset { reset, kill_under_way } => {
                 if !kill_under_way {
                     // No pod kill is under way: a deadline saved by one that ended with the agent is void.
-                    self.end_kill();
+                    self.end_kill().await;
                 }
                 self.acted = true;
                 return self.reset_all(&observed, &reset).await;
             }
             SyncPlan::Idle { requeue } => {
-                self.end_kill();
+                self.end_kill().await;
                 self.resize_settled(&pod, &crate::pod::resize::Actions::default());
                 self.collect_garbage(&observed).await;
                 return Ok(requeue);
@@ -386,7 +395,7 @@ impl Worker {
             SyncPlan::Act { plan, resize, requeue } => (plan, resize, requeue),
         };
         if the_plan.kill_pod.is_none() {
-            self.end_kill();
+            self.end_kill().await;
         }
         self.resize_settled(&pod, &resize_actions);
         debug!(plan = ?the_plan, "sync plan");
@@ -399,7 +408,7 @@ impl Worker {
         let containers = all_containers(&pod);
 
         if let Some(reason) = the_plan.kill_pod {
-            if sync::anything_runs(&observed) {
+            if sync::anything_to_stop(&observed, &self.tracked.stopped_sandboxes) {
                 let why = match reason {
                     PodKillReason::SandboxChanged => "sandbox changed",
                     PodKillReason::SandboxLostNoRestart => "sandbox lost",
@@ -409,7 +418,8 @@ impl Worker {
                 info!(reason = why, "killing pod");
                 let deadline = self.begin_kill(grace).await;
                 if kill_pod(&ctx.exec, &key, &pod, &observed, grace, deadline, why).await {
-                    self.end_kill();
+                    self.end_kill().await;
+                    self.sandboxes_stopped(&observed);
                 }
             }
             if the_plan.create_sandbox.is_none() {
@@ -590,6 +600,11 @@ impl Worker {
             seen = present.as_ref();
         }
         Ok(requeue)
+    }
+
+    /// A pod kill stopped every sandbox of `observed`.
+    fn sandboxes_stopped(&mut self, observed: &ObservedPod) {
+        self.tracked.stopped_sandboxes.extend(observed.sandboxes.iter().map(|s| s.id.clone()));
     }
 
     /// When `activeDeadlineSeconds` (counted from the pod's start time) runs out, in ns.

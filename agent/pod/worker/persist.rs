@@ -6,8 +6,28 @@ use super::*;
 use crate::node::NodeConfig;
 
 impl Saved {
-    /// What an earlier agent saved under pod `uid`'s dir (nothing, for a pod new to the node).
-    pub(super) fn load(node: &NodeConfig, uid: &str) -> Self {
+    /// What an earlier agent saved under pod `uid`'s dir (nothing, for a pod new to the node),
+    /// read on the blocking pool.
+    pub(super) async fn load(node: &NodeConfig, uid: &str) -> Self {
+        let (node, uid) = (node.clone(), uid.to_string());
+        match tokio::task::spawn_blocking(move || Self::read(&node, &uid)).await {
+            Ok(saved) => saved,
+            Err(e) => {
+                warn!(error = %e, "reading the pod's saved state failed; starting afresh");
+                Saved {
+                    crash_backoff: Backoff::crash_loop(),
+                    update: None,
+                    status: None,
+                    status_json: None,
+                    conditions: None,
+                    kill: false,
+                }
+            }
+        }
+    }
+
+    /// [`Saved::load`]'s reads. Blocks on the disk.
+    fn read(node: &NodeConfig, uid: &str) -> Self {
         let crash_backoff = match std::fs::read(backoff_path(node, uid)) {
             Ok(json) => Backoff::crash_loop().with_json(&json),
             Err(_) => Backoff::crash_loop(),
@@ -72,11 +92,12 @@ impl Worker {
         }
     }
 
-    /// Forgets a saved kill deadline (a file operation only when one may exist: this runs on
-    /// every sync that plans no pod kill).
-    pub(super) fn end_kill(&mut self) {
+    /// Forgets a saved kill deadline (a file operation, on the blocking pool, only when one may
+    /// exist: this runs on every sync that plans no pod kill).
+    pub(super) async fn end_kill(&mut self) {
         if std::mem::take(&mut self.saved.kill) {
-            crate::pod::terminate::end_kill(&pod_dir(&self.ctx.node, &self.desired.uid));
+            let dir = pod_dir(&self.ctx.node, &self.desired.uid);
+            let _ = tokio::task::spawn_blocking(move || crate::pod::terminate::end_kill(&dir)).await;
         }
     }
 }

@@ -53,7 +53,8 @@ impl Worker {
         }
         let alloc = match self.tracked.resize.alloc.take() {
             Some(a) => a,
-            None => match std::fs::read(allocation_path(&self.ctx.node, &self.desired.uid))
+            None => match tokio::fs::read(allocation_path(&self.ctx.node, &self.desired.uid))
+                .await
                 .ok()
                 .and_then(|b| serde_json::from_slice::<Allocation>(&b).ok())
             {

@@ -54,7 +54,7 @@ struct Node {
     _dir: tempfile::TempDir,
 }
 
-fn node(fake: FakeRuntime, pod: DesiredPod) -> Node {
+async fn node(fake: FakeRuntime, pod: DesiredPod) -> Node {
     let dir = tempfile::tempdir().expect("tempdir");
     let config = NodeConfig {
         root_dir: dir.path().join("root"),
@@ -76,7 +76,7 @@ fn node(fake: FakeRuntime, pod: DesiredPod) -> Node {
         None,
     );
     let cancel = CancellationToken::new();
-    let worker = Worker::new(ctx, pod, Arc::new(Notify::new()), &cancel);
+    let worker = Worker::new(ctx, pod, Arc::new(Notify::new()), &cancel).await;
     Node { fake, worker, cancel, _dir: dir }
 }
 
@@ -150,7 +150,7 @@ async fn a_new_pod_runs_its_init_then_its_sidecar_then_its_app() {
         "containers": [container("app", "nginx:1")],
     });
     let fake = FakeRuntime::new().with_images(&["busybox:1", "envoy:1"]).pullable(&["nginx:1"]);
-    let mut n = node(fake, desired(spec));
+    let mut n = node(fake, desired(spec)).await;
 
     let steps: [Step; 3] = [
         (
@@ -200,7 +200,7 @@ async fn a_new_pod_runs_its_init_then_its_sidecar_then_its_app() {
 #[tokio::test]
 async fn a_failing_app_restarts_after_its_crash_back_off() {
     let spec = json!({"containers": [container("app", "busybox:1")]});
-    let mut n = node(FakeRuntime::new().with_images(&["busybox:1"]), desired(spec));
+    let mut n = node(FakeRuntime::new().with_images(&["busybox:1"]), desired(spec)).await;
     assert_eq!(
         n.sync().await,
         strings(&["RunPodSandbox web/0", "CreateContainer app/0", "StartContainer app/0"])
@@ -235,7 +235,7 @@ async fn termination_stops_the_app_before_its_sidecar_within_one_grace_budget() 
         "initContainers": [sidecar("side", "envoy:1")],
         "containers": [container("app", "nginx:1")],
     });
-    let mut n = node(FakeRuntime::new().with_images(&["envoy:1", "nginx:1"]), desired(spec));
+    let mut n = node(FakeRuntime::new().with_images(&["envoy:1", "nginx:1"]), desired(spec)).await;
     n.sync().await;
     assert_eq!(n.statuses(), strings(&["side: running, restarts 0", "app: running, restarts 0"]));
     // The app drains for 5 s; the sidecar ignores SIGTERM.
@@ -281,7 +281,7 @@ async fn a_lost_sandbox_is_recreated_and_the_init_sequence_runs_again() {
         "initContainers": [container("init", "busybox:1")],
         "containers": [container("app", "nginx:1")],
     });
-    let mut n = node(FakeRuntime::new().with_images(&["busybox:1", "nginx:1"]), desired(spec));
+    let mut n = node(FakeRuntime::new().with_images(&["busybox:1", "nginx:1"]), desired(spec)).await;
     n.sync().await;
     n.fake.exit("init", 0);
     n.sync().await;
@@ -291,13 +291,16 @@ async fn a_lost_sandbox_is_recreated_and_the_init_sequence_runs_again() {
     assert_eq!(
         n.sync().await,
         strings(&[
+            "StopPodSandbox web/0",
             "RemoveContainer init/0",
             "RunPodSandbox web/1",
             "CreateContainer init/1",
             "StartContainer init/1"
         ]),
-        "nothing runs any more: no kill; the init instance goes, a new sandbox, the init again"
+        "nothing runs any more, but the dead sandbox is stopped (its network released) before \
+         it is replaced; the init instance goes, a new sandbox, the init again"
     );
+    assert_eq!(n.fake.unstopped_sandboxes(UID), strings(&["web/1"]), "only the new sandbox is up");
     assert_eq!(n.statuses(), strings(&["init: running, restarts 1", "app: terminated 137, restarts 0"]));
     assert_eq!(n.sync().await, Vec::<String>::new(), "the app waits for the init container");
 
@@ -325,7 +328,7 @@ async fn an_image_edit_restarts_only_that_container_in_place() {
         })
     };
     let fake = FakeRuntime::new().with_images(&["envoy:1", "nginx:1", "busybox:1"]).pullable(&["nginx:2"]);
-    let mut n = node(fake, desired(spec("nginx:1")));
+    let mut n = node(fake, desired(spec("nginx:1"))).await;
     n.sync().await;
     let before = n.observe().await;
 
@@ -353,4 +356,109 @@ async fn an_image_edit_restarts_only_that_container_in_place() {
     );
     assert_eq!(n.sync().await, Vec::<String>::new(), "done: nothing more to do");
     assert_eq!(n.condition("InPlaceUpdateReady").as_deref(), Some("True"));
+}
+
+/// A restartPolicy Never pod whose sandbox dies after its container ran is not started again,
+/// but the dead sandbox is stopped (upstream's `killPodWithSyncResult` stops every sandbox of the
+/// pod, ready or not: only `StopPodSandbox` releases a dead sandbox's network), once.
+#[tokio::test]
+async fn a_lost_sandbox_of_a_pod_that_does_not_restart_is_stopped_once() {
+    let spec = json!({"restartPolicy": "Never", "containers": [container("app", "busybox:1")]});
+    let mut n = node(FakeRuntime::new().with_images(&["busybox:1"]), desired(spec)).await;
+    n.sync().await;
+    assert_eq!(n.fake.unstopped_sandboxes(UID), strings(&["web/0"]));
+
+    n.fake.lose_sandbox(UID);
+    assert_eq!(n.sync().await, strings(&["StopPodSandbox web/0"]), "the dead sandbox is stopped");
+    assert_eq!(n.fake.unstopped_sandboxes(UID), Vec::<String>::new());
+    assert_eq!(n.statuses(), strings(&["app: terminated 137, restarts 0"]));
+    assert_eq!(n.phase(), "Failed");
+    assert_eq!(n.sync().await, Vec::<String>::new(), "stopped already: not again, and no new sandbox");
+}
+
+/// A StartContainer that fails: the status shows why (RunContainerError), the sync asks to come
+/// back after the kubelet's sync back-off (10 s), and the retry starts a new instance, which runs.
+#[tokio::test]
+async fn a_failed_start_is_retried_after_the_sync_back_off() {
+    let spec = json!({"containers": [container("app", "busybox:1")]});
+    let mut n = node(FakeRuntime::new().with_images(&["busybox:1"]), desired(spec)).await;
+    n.fake.fail_next("StartContainer", 1);
+    let before = now_ns();
+    let requeue = n.worker.sync().await.expect("the sync runs");
+    let after = now_ns();
+    assert_eq!(
+        n.fake.take_actions(),
+        strings(&["RunPodSandbox web/0", "CreateContainer app/0", "StartContainer app/0"])
+    );
+    assert_eq!(n.statuses(), strings(&["app: waiting RunContainerError, restarts 0"]));
+    assert_eq!(n.phase(), "Pending");
+    let back = requeue.expect("a time to come back");
+    let s10 = 10_000_000_000;
+    assert!((before + s10..=after + s10).contains(&back), "back after 10 s: {}", back - before);
+
+    assert_eq!(n.sync().await, strings(&["CreateContainer app/1", "StartContainer app/1"]), "the retry");
+    // As upstream: the new instance counts the one that never started.
+    assert_eq!(n.statuses(), strings(&["app: running, restarts 1"]));
+    assert_eq!(n.phase(), "Running");
+    assert_eq!(n.sync().await, Vec::<String>::new(), "steady state");
+    // The instance that never started stays, as upstream's GC keeps one dead instance per
+    // container.
+    let left: Vec<(u32, ContainerState)> =
+        n.observe().await.containers.iter().map(|c| (c.attempt, c.state)).collect();
+    assert_eq!(left, [(1, ContainerState::Running), (0, ContainerState::Created)]);
+}
+
+/// A RunPodSandbox that fails: nothing else is tried, the sync comes back after the kubelet's
+/// sync back-off (10 s), and the retry makes the sandbox (the same attempt) and starts the pod.
+#[tokio::test]
+async fn a_failed_sandbox_is_retried_and_the_pod_starts() {
+    let spec = json!({"containers": [container("app", "busybox:1")]});
+    let mut n = node(FakeRuntime::new().with_images(&["busybox:1"]), desired(spec)).await;
+    n.fake.fail_next("RunPodSandbox", 1);
+    let before = now_ns();
+    let requeue = n.worker.sync().await.expect("the sync runs");
+    let after = now_ns();
+    assert_eq!(n.fake.take_actions(), strings(&["RunPodSandbox web/0"]));
+    assert_eq!(n.fake.unstopped_sandboxes(UID), Vec::<String>::new(), "no sandbox was made");
+    assert_eq!(n.statuses(), strings(&["app: waiting ContainerCreating, restarts 0"]));
+    assert_eq!(n.phase(), "Pending");
+    let back = requeue.expect("a time to come back");
+    let s10 = 10_000_000_000;
+    assert!((before + s10..=after + s10).contains(&back), "back after 10 s: {}", back - before);
+
+    assert_eq!(
+        n.sync().await,
+        strings(&["RunPodSandbox web/0", "CreateContainer app/0", "StartContainer app/0"]),
+        "the retry: the same attempt, then the app"
+    );
+    assert_eq!(n.statuses(), strings(&["app: running, restarts 0"]));
+    assert_eq!(n.phase(), "Running");
+}
+
+/// A StopContainer that fails while the pod is deleted: the sandbox is still stopped (which
+/// kills what runs in it, as upstream's kill goes on to `StopPodSandbox`), the kill reports the
+/// failure and the caller retries it within the same deadline; the retry finds nothing running
+/// and the pod ends well within its grace period.
+#[tokio::test(start_paused = true)]
+async fn a_failed_stop_during_termination_still_ends_the_pod_within_its_grace() {
+    let spec = json!({"terminationGracePeriodSeconds": 30, "containers": [container("app", "nginx:1")]});
+    let mut n = node(FakeRuntime::new().with_images(&["nginx:1"]), desired(spec)).await;
+    n.sync().await;
+    n.fake.fail_next("StopContainer", 1);
+    n.fake.on_sigterm("app", Duration::from_secs(5), 0);
+
+    let began = tokio::time::Instant::now();
+    let (_tx, mut desire) =
+        watch::channel(Desire::Terminate { remove: false, grace: None, node_shutdown: false });
+    let cancel = n.cancel.clone();
+    assert!(!n.worker.terminate(false, None, &mut desire, &cancel).await, "the failed stop is reported");
+    assert_eq!(n.fake.take_actions(), strings(&["StopContainer app/0", "StopPodSandbox web/0"]));
+    let warned = n.worker.ctx.registry.events(Some(&n.worker.desired.key));
+    assert!(warned.iter().any(|e| e.reason == "FailedKillContainer"), "{warned:?}");
+
+    assert!(n.worker.terminate(false, None, &mut desire, &cancel).await, "the retry ends the pod");
+    assert_eq!(n.fake.take_actions(), strings(&["StopPodSandbox web/0"]), "nothing runs: the sandbox again");
+    assert!(began.elapsed() < Duration::from_secs(30), "within the grace: {:?}", began.elapsed());
+    assert_eq!(n.statuses(), strings(&["app: terminated 137, restarts 0"]));
+    assert_eq!(n.fake.unstopped_sandboxes(UID), Vec::<String>::new());
 }
