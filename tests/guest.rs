@@ -315,7 +315,9 @@ fn orphaned_pod_cgroups_and_slices_are_swept_under_both_drivers() {
 fn a_shutdown_delay_logind_will_not_give_is_reported() {
     let g = Guest::fresh();
     let over = "/etc/systemd/logind.conf.d/zz-crilet-test.conf";
-    g.ok(&format!("mkdir -p /etc/systemd/logind.conf.d && printf '[Login]\\nInhibitDelayMaxSec=5\\n' >{over}"));
+    g.ok(&format!(
+        "mkdir -p /etc/systemd/logind.conf.d && printf '[Login]\\nInhibitDelayMaxSec=5\\n' >{over}"
+    ));
     g.ok("mkdir -p /run/systemd/system/crilet.service.d && printf '[Service]\\nExecStart=\\nExecStart=/usr/local/bin/crilet run --config /etc/crilet/config.yaml --shutdown-grace-period 20s --shutdown-grace-period-critical-pods 8s\\n' >/run/systemd/system/crilet.service.d/shutdown.conf && systemctl daemon-reload && systemctl restart crilet");
     g.manifest("guaranteed", GUARANTEED);
     g.running("guaranteed");
