@@ -219,6 +219,10 @@ pub(crate) async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
         error!(error = %e, "making the QoS cgroups failed");
     }
     tasks.spawn(
+        "QoS cgroups",
+        crilet::pod::cgroups::keep_qos(ctx.cgroups.clone(), ledger.clone(), node_allocatable, cancel.clone()),
+    );
+    tasks.spawn(
         "pod cgroup sweep",
         crilet::pod::cgroups::sweep_periodically(ctx.exec.cri.clone(), ctx.cgroups.clone(), cancel.clone()),
     );
