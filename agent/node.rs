@@ -77,15 +77,22 @@ pub fn memory_total() -> u64 {
 /// allocatable leaves out.
 pub const EVICTION_MEMORY: u64 = 100 * 1024 * 1024;
 
-/// Node allocatable cpu (millicores) and memory (bytes), as the Node object reports it: the
-/// CPUs, and the memory less the eviction threshold. Read once.
-pub fn allocatable() -> (i64, i64) {
-    static ROOM: std::sync::OnceLock<(i64, i64)> = std::sync::OnceLock::new();
-    *ROOM.get_or_init(|| {
+/// Node capacity: cpu (millicores) and memory (bytes), the CPUs and `MemTotal`. Read once.
+pub fn capacity() -> (i64, i64) {
+    static CAPACITY: std::sync::OnceLock<(i64, i64)> = std::sync::OnceLock::new();
+    *CAPACITY.get_or_init(|| {
         let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
-        let memory = memory_total().saturating_sub(EVICTION_MEMORY);
-        (i64::try_from(cpus).unwrap_or(1) * 1000, i64::try_from(memory).unwrap_or(i64::MAX))
+        (i64::try_from(cpus).unwrap_or(1) * 1000, i64::try_from(memory_total()).unwrap_or(i64::MAX))
     })
+}
+
+/// Node allocatable cpu (millicores) and memory (bytes), as the Node object reports it: the
+/// capacity, the memory less the eviction threshold (the agent has no system or kube
+/// reservations).
+pub fn allocatable() -> (i64, i64) {
+    let (cpu, memory) = capacity();
+    let eviction = i64::try_from(EVICTION_MEMORY).unwrap_or(0);
+    (cpu, if memory > 0 { (memory - eviction).max(0) } else { 0 })
 }
 
 /// R1.13: the legacy symlink of one container instance (name cut to 251 bytes before `.log`).

@@ -210,11 +210,18 @@ pub(crate) async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
             cancel.clone(),
         ),
     );
-    // Under systemd, the QoS slices exist before any pod's (the kubelet's QoS container
-    // manager); a failure is the first pod's to report again.
-    if let Err(e) = ctx.cgroups.ensure_qos().await {
+    // The QoS parents exist with their values before any pod's cgroup (the kubelet's node
+    // allocatable cgroup and QoS container manager); under systemd a failure is the first pod's
+    // to report again.
+    let (cpu_milli, memory) = crilet::node::capacity();
+    let node_allocatable = crilet::cgroup::NodeAllocatable { cpu_milli, memory };
+    if let Err(e) = ctx.cgroups.ensure_qos(&crilet::cgroup::qos::values(node_allocatable, 0)).await {
         error!(error = %e, "making the QoS cgroups failed");
     }
+    tasks.spawn(
+        "QoS cgroups",
+        crilet::pod::cgroups::keep_qos(ctx.cgroups.clone(), ledger.clone(), node_allocatable, cancel.clone()),
+    );
     tasks.spawn(
         "pod cgroup sweep",
         crilet::pod::cgroups::sweep_periodically(ctx.exec.cri.clone(), ctx.cgroups.clone(), cancel.clone()),

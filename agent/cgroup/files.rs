@@ -4,15 +4,12 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{CPU_PERIOD, CgroupValues};
+use super::{CPU_PERIOD, CgroupValues, MAX_SHARES, MIN_SHARES};
 
 /// Where the host mounts its cgroups.
 pub const ROOT: &str = "/sys/fs/cgroup";
 /// v1 reports "no limit" as a page-rounded i64::MAX; anything this large is unlimited.
 const UNLIMITED: i64 = 1 << 62;
-/// cgroup v1's `cpu.shares` range (`MinShares`, the kernel's `MAX_SHARES`).
-const MIN_SHARES: i64 = 2;
-const MAX_SHARES: i64 = 262_144;
 
 /// The host's cgroup mount: its root and whether it is v2 (unified).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,6 +51,38 @@ impl Hierarchy {
             .unwrap_or_default();
         out.push(self.root.clone());
         out
+    }
+
+    /// Makes cgroup `path` and its missing parents (the cgroupfs manager's `Create`, for a
+    /// cgroup the runtime does not make: the QoS parents). v1: in the `cpu` and `memory` trees,
+    /// the ones whose files the agent writes (the runtime makes the rest with the first pod).
+    /// v2: each parent first gets, in its `cgroup.subtree_control`, the controllers the root
+    /// has and it lacks (libcontainer's `CreateCgroupPath`), or the child has no `cpu.weight`
+    /// or `memory.max`.
+    pub fn create(&self, path: &str) -> Result<(), String> {
+        let mkdir = |d: &Path| match std::fs::create_dir(d) {
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+                Err(format!("making the cgroup {}: {e}", d.display()))
+            }
+            _ => Ok(()),
+        };
+        let rel = path.trim_start_matches('/');
+        if !self.v2 {
+            for c in ["cpu", "memory"] {
+                let dir = self.dir(c, path);
+                std::fs::create_dir_all(&dir)
+                    .map_err(|e| format!("making the cgroup {}: {e}", dir.display()))?;
+            }
+            return Ok(());
+        }
+        let available = read(&self.root.join("cgroup.controllers")).unwrap_or_default();
+        let mut dir = self.root.clone();
+        for component in rel.split('/').filter(|c| !c.is_empty()) {
+            enable_controllers(&dir, &available);
+            dir.push(component);
+            mkdir(&dir)?;
+        }
+        Ok(())
     }
 
     /// The cgroup's current values (`GetCgroupConfig`).
@@ -136,6 +165,25 @@ pub fn cpu_weight(shares: i64) -> i64 {
 /// The inverse the kubelet reads a v2 cgroup back with (`cpuWeightToCPUShares`).
 pub fn shares_of_weight(weight: i64) -> i64 {
     ((weight.max(1) - 1) * 262_142) / 9999 + MIN_SHARES
+}
+
+/// Enables in `dir`'s `cgroup.subtree_control` the controllers of `available` (a
+/// `cgroup.controllers` line) it lacks: all at once, else one by one, each failure left to show
+/// as a missing file in the child (libcontainer's `CreateCgroupPath` does the same).
+fn enable_controllers(dir: &Path, available: &str) {
+    let file = dir.join("cgroup.subtree_control");
+    let enabled = read(&file).unwrap_or_default();
+    let enabled: Vec<&str> = enabled.split_whitespace().map(|c| c.trim_start_matches('+')).collect();
+    let missing: Vec<String> =
+        available.split_whitespace().filter(|c| !enabled.contains(c)).map(|c| format!("+{c}")).collect();
+    if missing.is_empty() || write(&file, &missing.join(" ")).is_ok() {
+        return;
+    }
+    for c in missing {
+        if let Err(e) = write(&file, &c) {
+            tracing::debug!(error = %e, "enabling a cgroup controller failed");
+        }
+    }
 }
 
 fn read(path: &Path) -> Result<String, String> {

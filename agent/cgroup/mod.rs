@@ -6,15 +6,18 @@
 //!
 //! [`Cgroups`] is the one handle the agent makes from its resolved driver and hands to what
 //! needs it (the pod engine, the orphan sweep): the pod's cgroup is named, created, changed
-//! and removed through it, so no code spells a cgroup path by itself. Under cgroupfs the
-//! runtime makes the pod's cgroup with its sandbox and the agent writes the values after; under
-//! systemd the agent makes the QoS and pod slices before any sandbox, as the kubelet does, since
-//! a slice made implicitly by runc would be systemd's and not carry the pod's values.
+//! and removed through it, so no code spells a cgroup path by itself. The QoS parents
+//! (`kubepods`, `burstable`, `besteffort`) are the agent's under either driver, made at start
+//! with the kubelet's values (`qos`). Under cgroupfs the runtime makes the pod's cgroup with its
+//! sandbox and the agent writes the values after; under systemd the agent makes the pod's slice
+//! before its sandbox, as the kubelet does, since a slice made implicitly by runc would be
+//! systemd's and not carry the pod's values.
 
 pub mod driver;
 pub mod files;
 pub mod name;
 pub mod pods;
+pub mod qos;
 pub mod systemd;
 
 use std::collections::BTreeMap;
@@ -23,6 +26,7 @@ use std::time::SystemTime;
 pub use driver::CgroupDriver;
 use files::Hierarchy;
 pub use name::{CgroupName, Qos};
+pub use qos::{NodeAllocatable, QosValues};
 use systemd::{Resources, Units, resource_properties, slice_properties};
 use tracing::{debug, info};
 
@@ -30,6 +34,15 @@ use tracing::{debug, info};
 pub const CPU_PERIOD: i64 = 100_000;
 /// The kernel's floor for `cpu.shares` (the kubelet's `MinShares`).
 pub const MIN_SHARES: i64 = 2;
+/// The kernel's ceiling for `cpu.shares` (the kubelet's `MaxShares`).
+pub const MAX_SHARES: i64 = 262_144;
+
+/// The cpu shares of a cpu request in millicores (the kubelet's `MilliCPUToShares`): 1024 a
+/// CPU, within [`MIN_SHARES`, `MAX_SHARES`]; no request is `MIN_SHARES`, not the kernel's
+/// default 1024.
+pub fn milli_cpu_to_shares(milli: i64) -> i64 {
+    (milli * 1024 / 1000).clamp(MIN_SHARES, MAX_SHARES)
+}
 
 /// A cgroup's values as the kubelet sets a pod's (`ResourceConfig`): the memory limit and the
 /// CFS quota (`None`: unlimited) and the cpu shares (a weight on v2).
@@ -82,18 +95,25 @@ impl Cgroups {
         self.driver.container_path(pod, id)
     }
 
-    /// The QoS cgroups, made once at start under systemd (the kubelet's QoS container
-    /// manager `Start`: `kubepods`, then `burstable` and `besteffort`, BestEffort held at the
-    /// minimum shares). Under cgroupfs nothing: the runtime makes the directories with the
-    /// first pod's cgroup, as before.
-    pub async fn ensure_qos(&self) -> Result<(), String> {
-        let Some(units) = &self.units else { return Ok(()) };
-        for qos in [Qos::Guaranteed, Qos::Burstable, Qos::BestEffort] {
-            let name = qos.parent();
-            let values = (qos == Qos::BestEffort)
-                .then_some(Resources { cpu_shares: Some(MIN_SHARES), ..Default::default() });
-            self.ensure_slice(units, &name, values).await?;
+    /// The QoS parents made (if need be) and given `want` (the kubelet's node allocatable
+    /// cgroup, then its QoS container manager's `Start` and `UpdateCgroups`): `kubepods`, then
+    /// `burstable` and `besteffort`. Under systemd each slice is started, or, there already,
+    /// given the values as unit properties, and its files written; under cgroupfs the
+    /// directories are made and the files written. Idempotent: called at start, before any
+    /// pod's cgroup, and again whenever the values may have changed.
+    pub async fn ensure_qos(&self, want: &QosValues) -> Result<(), String> {
+        for (name, values) in want.by_parent() {
+            let what = |e: String| format!("QoS cgroup {}: {e}", self.pod_path(&name));
+            match &self.units {
+                Some(units) => self.ensure_slice(units, &name, Some(values)).await.map_err(what)?,
+                None => {
+                    let (files, path) = (self.files.clone(), self.pod_path(&name));
+                    blocking(move || files.create(&path)).await.map_err(what)?;
+                    self.write_files(&name, values).await.map_err(what)?;
+                }
+            }
         }
+        debug!(?want, "QoS cgroups set");
         Ok(())
     }
 
@@ -273,6 +293,64 @@ async fn blocking<T: Send + 'static>(
 mod tests {
     use super::*;
 
+    /// The kubelet's `MilliCPUToShares` (helpers_linux_test.go's cases and the clamps).
+    #[test]
+    fn millicores_to_shares_as_the_kubelet() {
+        for (milli, shares) in [
+            (0, 2),
+            (1, 2),
+            (2, 2),
+            (10, 10),
+            (100, 102),
+            (250, 256),
+            (1000, 1024),
+            (2000, 2048),
+            (300_000, 262_144),
+        ] {
+            assert_eq!(milli_cpu_to_shares(milli), shares, "{milli}m");
+        }
+    }
+
+    /// Under cgroupfs the agent makes the QoS parents itself and writes their values, on v1 in
+    /// the `cpu` and `memory` trees, on v2 with the root's controllers enabled on the way down.
+    #[tokio::test]
+    async fn cgroupfs_makes_the_qos_parents_with_their_values() {
+        let want = qos::values(NodeAllocatable { cpu_milli: 2000, memory: 2 << 30 }, 250);
+        for v2 in [false, true] {
+            let root = tempfile::tempdir().expect("tempdir");
+            let r = root.path();
+            if v2 {
+                std::fs::write(r.join("cgroup.controllers"), "cpuset cpu memory pids").expect("write");
+                // Already enabled at the root: only what is missing is written.
+                std::fs::write(r.join("cgroup.subtree_control"), "cpu memory").expect("write");
+            }
+            let cg = Cgroups::with_hierarchy(CgroupDriver::Cgroupfs, Hierarchy::at(r, v2));
+            cg.ensure_qos(&want).await.expect("made");
+            let file = |p: &str| std::fs::read_to_string(r.join(p)).expect(p);
+            if v2 {
+                // (A plain file here keeps what was written last; the kernel's adds it.)
+                assert_eq!(file("cgroup.subtree_control"), "+cpuset +pids");
+                assert_eq!(file("kubepods/cgroup.subtree_control"), "+cpuset +cpu +memory +pids");
+            }
+            // Twice is the same (the periodic update).
+            cg.ensure_qos(&want).await.expect("again");
+            if v2 {
+                assert_eq!(file("kubepods/memory.max"), (2u64 << 30).to_string());
+                assert_eq!(file("kubepods/cpu.weight"), "79");
+                assert_eq!(file("kubepods/burstable/cpu.weight"), "10");
+                assert_eq!(file("kubepods/besteffort/cpu.weight"), "1");
+                assert!(!r.join("kubepods/burstable/memory.max").exists(), "no memory limit below kubepods");
+            } else {
+                assert_eq!(file("memory/kubepods/memory.limit_in_bytes"), (2u64 << 30).to_string());
+                assert_eq!(file("cpu/kubepods/cpu.shares"), "2048");
+                assert_eq!(file("cpu/kubepods/burstable/cpu.shares"), "256");
+                assert_eq!(file("cpu/kubepods/besteffort/cpu.shares"), "2");
+                assert!(r.join("memory/kubepods/besteffort").is_dir());
+                assert!(!r.join("memory/kubepods/burstable/memory.limit_in_bytes").exists());
+            }
+        }
+    }
+
     #[tokio::test]
     async fn cgroupfs_writes_files_and_never_talks_to_systemd() {
         let root = tempfile::tempdir().expect("tempdir");
@@ -280,8 +358,7 @@ mod tests {
         assert!(cg.units.is_none());
         let pod = Cgroups::pod_name(Qos::Burstable, "a-b");
         assert_eq!(cg.pod_path(&pod), "/kubepods/burstable/poda-b");
-        // Nothing to make: the runtime makes it with the sandbox.
-        cg.ensure_qos().await.expect("no-op");
+        // Nothing to make for the pod: the runtime makes it with the sandbox.
         cg.ensure_pod(&pod, &CgroupValues::default()).await.expect("no-op");
         let dir = root.path().join("kubepods/burstable/poda-b");
         std::fs::create_dir_all(dir.join("c1")).expect("mkdir");

@@ -122,7 +122,7 @@ impl Merger {
                         continue;
                     }
                     None => {
-                        self.ledger.set(&uid, Some(crate::podspec::requests(pod)));
+                        self.ledger.set(&uid, Some(crate::ledger::Held::of(pod)));
                         self.admitted.insert(uid.clone());
                     }
                 }
@@ -383,7 +383,8 @@ mod tests {
         let ledger = Ledger::default();
         let mut m = merger(&ledger, watch::channel(false).1);
         // A static pod's worker holds 800m.
-        ledger.set("static-1", Some((800, 0)));
+        let held = crate::ledger::Held { requests: (800, 0), qos: crate::cgroup::Qos::Burstable };
+        ledger.set("static-1", Some(held));
         let files = ManifestSet::default();
 
         let set = m.merge(&files, &api(vec![api_pod("a", "u-a")]));

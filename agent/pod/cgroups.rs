@@ -7,17 +7,21 @@
 //! Only pod cgroups below `kubepods` are ever touched, never one younger than `MIN_AGE` (runc
 //! creates it while `RunPodSandbox` runs, before the sandbox is listed; under systemd the agent
 //! starts the slice just before).
+//!
+//! The QoS parents' values are kept here too (the kubelet's `UpdateQOSCgroups`): the
+//! `burstable` shares follow the ledger, set again when it changes and every minute.
 
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
-use crate::cgroup::Cgroups;
 use crate::cgroup::pods::Found;
+use crate::cgroup::{Cgroups, NodeAllocatable, QosValues, qos};
 use crate::cri::Runtime;
+use crate::ledger::Ledger;
 use crate::model::keys;
 
 /// A pod cgroup younger than this is never swept.
@@ -88,6 +92,57 @@ pub async fn sweep_periodically(cri: Arc<dyn Runtime>, cgroups: Arc<Cgroups>, ca
     }
 }
 
+/// How often the QoS parents are set again, changed or not (the kubelet's
+/// `periodicQOSCgroupUpdateInterval`), which also mends one changed behind the agent's back.
+const QOS_PERIOD: Duration = Duration::from_secs(60);
+
+/// Keeps the QoS parents' values until `cancel` fires (the kubelet's `UpdateQOSCgroups`, which
+/// it runs as a pod starts and every minute): when the ledger changes (a pod admitted or
+/// allocated, resized, finished or gone) they are set if the `burstable` shares moved, and
+/// every `QOS_PERIOD` they are set whatever happened. The caller has set them once already, at
+/// start, before any pod's cgroup. A failure is logged and tried again at the next change or
+/// period.
+pub async fn keep_qos(
+    cgroups: Arc<Cgroups>,
+    ledger: Ledger,
+    node: NodeAllocatable,
+    cancel: CancellationToken,
+) {
+    let mut changes = ledger.subscribe();
+    // What changed between the caller's first setting and this subscription is looked at now.
+    changes.mark_changed();
+    let mut period = tokio::time::interval_at(tokio::time::Instant::now() + QOS_PERIOD, QOS_PERIOD);
+    period.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut set: Option<QosValues> = Some(qos::values(node, 0));
+    loop {
+        let periodic = tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = period.tick() => true,
+            r = changes.changed() => {
+                if r.is_err() {
+                    return;
+                }
+                false
+            }
+        };
+        let burstable_cpu_milli = ledger.burstable_cpu_milli();
+        let want = qos::values(node, burstable_cpu_milli);
+        if !periodic && set == Some(want) {
+            continue;
+        }
+        match cgroups.ensure_qos(&want).await {
+            Ok(()) => {
+                debug!(burstable_cpu_milli, periodic, "QoS cgroups updated");
+                set = Some(want);
+            }
+            Err(e) => {
+                warn!(error = %e, "updating the QoS cgroups failed; trying again at the next change or in a minute");
+                set = None;
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::path::PathBuf;
@@ -116,5 +171,47 @@ mod tests {
                 PathBuf::from("/cg/kubepods.slice/kubepods-podd.slice")
             ]
         );
+    }
+
+    /// The `burstable` shares follow the ledger (cgroupfs, v1, in a temporary root).
+    #[tokio::test]
+    async fn burstable_shares_follow_the_ledger() {
+        use crate::cgroup::files::Hierarchy;
+        use crate::cgroup::{CgroupDriver, Qos};
+        use crate::ledger::Held;
+
+        let root = tempfile::tempdir().expect("tempdir");
+        let cgroups =
+            Arc::new(Cgroups::with_hierarchy(CgroupDriver::Cgroupfs, Hierarchy::at(root.path(), false)));
+        let node = NodeAllocatable { cpu_milli: 2000, memory: 1 << 30 };
+        cgroups.ensure_qos(&qos::values(node, 0)).await.expect("made");
+        let shares = root.path().join("cpu/kubepods/burstable/cpu.shares");
+        let ledger = Ledger::default();
+        let cancel = CancellationToken::new();
+        let task = tokio::spawn(keep_qos(cgroups, ledger.clone(), node, cancel.clone()));
+        let settles_at = |want: &'static str| {
+            let shares = shares.clone();
+            async move {
+                for _ in 0..200 {
+                    if std::fs::read_to_string(&shares).is_ok_and(|s| s == want) {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                panic!("burstable cpu.shares never became {want}");
+            }
+        };
+        settles_at("2").await;
+        let held = |cpu, qos| Some(Held { requests: (cpu, 0), qos });
+        ledger.set("b1", held(500, Qos::Burstable));
+        ledger.set("g", held(1000, Qos::Guaranteed));
+        settles_at("512").await;
+        ledger.set("b2", held(250, Qos::Burstable));
+        settles_at("768").await;
+        ledger.set("b1", None);
+        ledger.set("b2", None);
+        settles_at("2").await;
+        cancel.cancel();
+        task.await.expect("ends on cancel");
     }
 }

@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::{Container, Pod, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde::{Deserialize, Serialize};
 
+use crate::cgroup::{MIN_SHARES, milli_cpu_to_shares};
 use crate::cri::api;
 use crate::model::{ContainerState, ObservedPod};
 use crate::podspec::is_sidecar;
@@ -23,9 +24,6 @@ pub const REASON_DEFERRED: &str = "Deferred";
 pub const REASON_INFEASIBLE: &str = "Infeasible";
 pub const REASON_ERROR: &str = "Error";
 
-/// The kernel's floor for `cpu.shares` (upstream `cm.MinShares`): requests at or below it are
-/// the same request.
-const MIN_SHARES: i64 = 2;
 /// The smallest CFS quota the kubelet writes, as millicores (upstream `cm.MinMilliCPULimit`).
 const MIN_MILLI_CPU_LIMIT: i64 = 10;
 pub use crate::cgroup::CPU_PERIOD;
@@ -151,11 +149,6 @@ impl Amounts {
     }
 }
 
-/// milliCPUToShares: 1024 per CPU, at least `MIN_SHARES`.
-pub fn shares(milli: i64) -> i64 {
-    if milli == 0 { MIN_SHARES } else { (milli * 1024 / 1000).max(MIN_SHARES) }
-}
-
 /// milliCPUToQuota: at least 1 ms per period.
 pub fn quota(milli: i64) -> i64 {
     (milli * CPU_PERIOD / 1000).max(1000)
@@ -164,7 +157,7 @@ pub fn quota(milli: i64) -> i64 {
 /// The CRI resources a container runs with.
 pub fn linux_resources(a: Amounts) -> api::LinuxContainerResources {
     let mut out = api::LinuxContainerResources {
-        cpu_shares: shares(a.cpu_request),
+        cpu_shares: milli_cpu_to_shares(a.cpu_request),
         memory_limit_in_bytes: a.memory_limit,
         ..Default::default()
     };
@@ -365,7 +358,7 @@ pub fn pod_cgroup(pod: &Pod) -> PodCgroup {
     PodCgroup {
         memory_limit: limited.1.then_some(mem_lim),
         cpu_quota: limited.0.then(|| quota(cpu_lim)),
-        cpu_shares: if qos_class(pod) == "BestEffort" { MIN_SHARES } else { shares(cpu_req) },
+        cpu_shares: if qos_class(pod) == "BestEffort" { MIN_SHARES } else { milli_cpu_to_shares(cpu_req) },
     }
 }
 

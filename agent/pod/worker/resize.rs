@@ -117,8 +117,8 @@ impl Worker {
             return;
         }
         self.tracked.resize.finished = Some(finished);
-        let requests = (!finished).then(|| crate::podspec::requests(running));
-        self.ctx.ledger.set(&self.desired.uid, requests);
+        let held = (!finished).then(|| crate::ledger::Held::of(running));
+        self.ctx.ledger.set(&self.desired.uid, held);
     }
 
     fn set_pending(&mut self, reason: &str, message: String, event: &str) {
