@@ -11,8 +11,9 @@
 #   containerd 2.3 (built from its Go module, beside the 2.1 environment: the first containerd
 #       that honours CRI stop signals): the stop-signal test, then critest on it; a short leg;
 #   guest (hack/guest.sh: a QEMU guest with systemd as PID 1, cgroup v2 and containerd 2.1):
-#       crilet.service installed by hack/install.sh, pods' cgroups in the unified tree under
-#       both cgroup drivers, the service's restart and watchdog (tests/guest.rs), the Debian
+#       crilet.service installed by hack/install.sh, pods' cgroups and the QoS parents in the
+#       unified tree under both cgroup drivers, the orphan sweep, the service's restart and
+#       watchdog (tests/guest.rs), the chaos replay on each driver (hack/guest.sh test), the Debian
 #       package of hack/deb.sh (tests/guest_package.rs), API pods under both drivers with the
 #       guest joined to hack/cluster.sh's control plane (tests/guest_cluster.rs), then graceful
 #       node shutdown on `systemctl poweroff` (tests/guest_shutdown.rs);
@@ -69,6 +70,16 @@ step() {
     fi
 }
 
+# test_binary NAME — the path of the built test binary of tests/NAME.rs (built if need be).
+test_binary() {
+    cargo test --no-run --test "$1" --message-format=json 2>/dev/null | python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("executable") and m.get("target", {}).get("name") == sys.argv[1]:
+        print(m["executable"])' "$1" | grep .
+}
+
 # leg RUNTIME — set the environment up on that containerd and export its variables.
 leg() {
     CRILET_RUNTIME="$1" bash "$HACK_DIR/setup.sh"
@@ -117,6 +128,13 @@ for runtime in $LEGS; do
             if step "guest up (hack/guest.sh)" bash "$HACK_DIR/guest.sh" up; then
                 step "tests in the guest (systemd, cgroup v2)" \
                     cargo test --no-fail-fast --test guest -- --ignored --test-threads=1 "$@"
+                # The suite's chaos replay (its seed), shorter, on each driver in the guest.
+                if [ "$#" -eq 0 ] && chaos="$(test_binary chaos)"; then
+                    for driver in cgroupfs systemd; do
+                        step "chaos replay in the guest ($driver)" env CRILET_CHAOS_KILLS=3 \
+                            bash "$HACK_DIR/guest.sh" test "$driver" "$chaos" --test-threads=1
+                    done
+                fi
                 # The guest joins the control plane of the 2.1 leg (started here when this leg
                 # runs alone) through its one forward to the host's API server.
                 if step "control plane for the guest (hack/cluster.sh)" bash "$HACK_DIR/cluster.sh"; then

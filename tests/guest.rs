@@ -333,3 +333,43 @@ fn a_shutdown_delay_logind_will_not_give_is_reported() {
     assert!(!locks.lines().any(|l| l.contains("crilet")), "no lock of crilet's:\n{locks}");
     g.ok("rm -f /etc/crilet/manifests/*");
 }
+
+/// The QoS parents as the kubelet keeps them, on cgroup v2 under each driver: `kubepods` at the
+/// node's shares and memory, `besteffort` at the minimum, and `burstable` following its pods'
+/// cpu requests (250m of Burstable requests: cpu.weight 10) and back when they go.
+#[test]
+#[ignore = "needs hack/guest.sh up (hack/test.sh's guest leg)"]
+fn the_qos_parents_follow_the_node_and_its_burstable_pods() {
+    let g = Guest::fresh();
+    let cpus: i64 = g.ok("nproc").parse().expect("nproc");
+    let mem_kib: i64 = g.ok("awk '/^MemTotal:/ {print $2}' /proc/meminfo").parse().expect("MemTotal");
+    // The kubelet's shares of the node's cpus, as cgroup v2 weight (runc's linear conversion).
+    let weight = |shares: i64| 1 + ((shares - 2) * 9999) / 262_142;
+    let burstable_250m = BURSTABLE.replace("{cpu: 100m, memory: 32Mi}", "{cpu: 250m, memory: 32Mi}");
+    for systemd in [false, true] {
+        if systemd {
+            g.ok(&driver_switch(true));
+        }
+        let (root, burstable, besteffort) = if systemd {
+            ("/kubepods.slice", "/kubepods.slice/kubepods-burstable.slice", "/kubepods.slice/kubepods-besteffort.slice")
+        } else {
+            ("/kubepods", "/kubepods/burstable", "/kubepods/besteffort")
+        };
+        let at = |cg: &str, want: i64| format!("[ \"$(cat /sys/fs/cgroup{cg}/cpu.weight)\" = {want} ]");
+        g.wait("kubepods at the node's cpus", SLOW, &at(root, weight(cpus * 1024)));
+        let max: i64 = g.cgroup_file(root, "memory.max").parse().expect("kubepods memory.max");
+        assert!((mem_kib * 1024 - max).abs() < 1 << 20, "kubepods memory.max {max} for MemTotal {mem_kib} kB");
+        assert_eq!(g.cgroup_file(besteffort, "cpu.weight"), "1");
+        g.wait("burstable at the minimum", SLOW, &at(burstable, 1));
+        // The sidecar asks for nothing; the app for 250m: 256 shares.
+        g.manifest("burstable", &burstable_250m);
+        g.running("burstable");
+        g.wait("burstable at its pod's requests", SLOW, &at(burstable, weight(256)));
+        if systemd {
+            assert_eq!(g.ok("systemctl show -p CPUWeight --value kubepods-burstable.slice"), weight(256).to_string());
+            assert_eq!(g.ok("systemctl show -p CPUWeight --value kubepods.slice"), weight(cpus * 1024).to_string());
+        }
+        g.ok("rm -f /etc/crilet/manifests/*");
+        g.wait("burstable back at the minimum", SLOW, &at(burstable, 1));
+    }
+}
