@@ -351,14 +351,21 @@ fn the_qos_parents_follow_the_node_and_its_burstable_pods() {
             g.ok(&driver_switch(true));
         }
         let (root, burstable, besteffort) = if systemd {
-            ("/kubepods.slice", "/kubepods.slice/kubepods-burstable.slice", "/kubepods.slice/kubepods-besteffort.slice")
+            (
+                "/kubepods.slice",
+                "/kubepods.slice/kubepods-burstable.slice",
+                "/kubepods.slice/kubepods-besteffort.slice",
+            )
         } else {
             ("/kubepods", "/kubepods/burstable", "/kubepods/besteffort")
         };
         let at = |cg: &str, want: i64| format!("[ \"$(cat /sys/fs/cgroup{cg}/cpu.weight)\" = {want} ]");
         g.wait("kubepods at the node's cpus", SLOW, &at(root, weight(cpus * 1024)));
         let max: i64 = g.cgroup_file(root, "memory.max").parse().expect("kubepods memory.max");
-        assert!((mem_kib * 1024 - max).abs() < 1 << 20, "kubepods memory.max {max} for MemTotal {mem_kib} kB");
+        assert!(
+            (mem_kib * 1024 - max).abs() < 1 << 20,
+            "kubepods memory.max {max} for MemTotal {mem_kib} kB"
+        );
         assert_eq!(g.cgroup_file(besteffort, "cpu.weight"), "1");
         g.wait("burstable at the minimum", SLOW, &at(burstable, 1));
         // The sidecar asks for nothing; the app for 250m: 256 shares.
@@ -366,8 +373,14 @@ fn the_qos_parents_follow_the_node_and_its_burstable_pods() {
         g.running("burstable");
         g.wait("burstable at its pod's requests", SLOW, &at(burstable, weight(256)));
         if systemd {
-            assert_eq!(g.ok("systemctl show -p CPUWeight --value kubepods-burstable.slice"), weight(256).to_string());
-            assert_eq!(g.ok("systemctl show -p CPUWeight --value kubepods.slice"), weight(cpus * 1024).to_string());
+            assert_eq!(
+                g.ok("systemctl show -p CPUWeight --value kubepods-burstable.slice"),
+                weight(256).to_string()
+            );
+            assert_eq!(
+                g.ok("systemctl show -p CPUWeight --value kubepods.slice"),
+                weight(cpus * 1024).to_string()
+            );
         }
         g.ok("rm -f /etc/crilet/manifests/*");
         g.wait("burstable back at the minimum", SLOW, &at(burstable, 1));
