@@ -130,7 +130,7 @@ for runtime in $LEGS; do
                     cargo test --no-fail-fast --test guest -- --ignored --test-threads=1 "$@"
                 # The suite's chaos replay (its seed), shorter, on each driver in the guest.
                 if [ "$#" -eq 0 ] && chaos="$(test_binary chaos)"; then
-                    for driver in cgroupfs systemd; do
+                    for driver in systemd cgroupfs; do
                         step "chaos replay in the guest ($driver)" env CRILET_CHAOS_KILLS=3 \
                             bash "$HACK_DIR/guest.sh" test "$driver" "$chaos" --test-threads=1
                     done

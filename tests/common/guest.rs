@@ -18,6 +18,9 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_crilet");
 pub const GUEST_ENV: &str = "/var/lib/crilet-dev/guest-run/env";
 /// TCG runs the guest several times slower than the host: waits are generous.
 pub const SLOW: Duration = Duration::from_secs(180);
+/// Between two looks at the guest: one look is an ssh command on the open connection, a tenth
+/// of a second, and each test waits on the guest some twenty times.
+const POLL: Duration = Duration::from_millis(300);
 
 /// The Node the guest joins the cluster as ([`Guest::join`]).
 pub const NODE: &str = "crilet-guest";
@@ -121,7 +124,14 @@ impl Guest {
             .spawn()
             .expect("run ssh");
         child.stdin.take().expect("stdin").write_all(script.as_bytes()).expect("send the script");
-        child.wait_with_output().expect("wait for ssh")
+        let started = std::time::Instant::now();
+        let out = child.wait_with_output().expect("wait for ssh");
+        // CRILET_GUEST_TRACE=1: where a guest test spends its time (TCG makes every step slow).
+        if std::env::var_os("CRILET_GUEST_TRACE").is_some() {
+            let first = script.lines().next().unwrap_or("").chars().take(100).collect::<String>();
+            eprintln!("guest: {:>6.1}s {first}", started.elapsed().as_secs_f64());
+        }
+        out
     }
 
     /// [`Self::sh`], panicking with its output unless it succeeds; its stdout, trimmed.
@@ -153,7 +163,7 @@ impl Guest {
                     self.ok("journalctl -u crilet --no-pager -n 30 || true")
                 );
             }
-            std::thread::sleep(Duration::from_secs(1));
+            std::thread::sleep(POLL);
         }
     }
 
@@ -192,7 +202,7 @@ impl Guest {
                 last if start.elapsed() > SLOW => {
                     panic!("timed out after {SLOW:?} waiting for {what}; last: {last:?}")
                 }
-                _ => std::thread::sleep(Duration::from_secs(1)),
+                _ => std::thread::sleep(POLL),
             }
         }
     }
@@ -265,7 +275,7 @@ impl Guest {
                 "the guest's Node {NODE} was not Ready within {SLOW:?}: {node:?}\nagent: {}",
                 self.ok("journalctl -u crilet --no-pager -n 40 || true")
             );
-            std::thread::sleep(Duration::from_secs(1));
+            std::thread::sleep(POLL);
         }
         (cluster, namespace)
     }
@@ -292,7 +302,7 @@ pub fn wait_until<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<
             return v;
         }
         assert!(start.elapsed() < limit, "timed out after {limit:?} waiting for {what}");
-        std::thread::sleep(Duration::from_secs(1));
+        std::thread::sleep(POLL);
     }
 }
 
