@@ -21,11 +21,8 @@ impl Worker {
                         // The log and every file rotated from it, as the kubelet's log cleanup
                         // (a directory listing and removals: on the blocking pool).
                         let path = std::path::PathBuf::from(&c.log_path);
-                        let removed = tokio::task::spawn_blocking(move || {
-                            crate::logrotate::remove_container_logs(&path)
-                        })
-                        .await
-                        .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+                        let removed =
+                            crate::blocking(move || crate::logrotate::remove_container_logs(&path)).await;
                         if let Err(e) = removed {
                             debug!(path = %c.log_path, error = %e, "removing an old instance's logs failed");
                         }
@@ -160,5 +157,5 @@ impl Worker {
 
 /// Removes the tree at `path`, if any, on the blocking pool (a pod's dirs may hold many files).
 async fn remove_tree(path: std::path::PathBuf) {
-    let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(path)).await;
+    let _ = crate::blocking(move || std::fs::remove_dir_all(path)).await;
 }
