@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # hack/deb.sh — build the Debian package crilet_<version>_<arch>.deb with dpkg-deb alone.
 #
-# Usage: hack/deb.sh [--out DIR] [--version VERSION]
+# Usage: hack/deb.sh [--out DIR] [--version VERSION] [--compression xz|gzip|none]
 #   --out DIR (or CRILET_DEB_DIR): where the .deb goes; default target/deb/ (under
 #       CARGO_TARGET_DIR when that is set). Its path is printed on stdout.
 #   --version VERSION (or CRILET_DEB_VERSION): the package's version; default Cargo.toml's (a
 #       pre-release's `-` becomes `~`, so 0.2.0-rc.1 sorts before 0.2.0). Give a higher one to
 #       make an upgrade of the same code (e.g. 0.1.0+1).
+#   --compression TYPE (or CRILET_DEB_COMPRESSION): dpkg-deb's -Z; default xz, as Debian ships.
+#       The guest's package test gives `none`: its unoptimized binary takes half a minute to
+#       xz and long to unpack under TCG, and the package's contents are the same.
 # Builds `cargo build --release --locked` (niced; CRILET_BIN=path packages that binary instead),
 # then stages the tree with hack/install.sh (DESTDIR, /usr prefix, /lib/systemd/system), so the
 # package holds exactly what install.sh installs, the binary and unit at their Debian places:
@@ -27,10 +30,12 @@ set -euo pipefail
 
 OUT="${CRILET_DEB_DIR:-${CARGO_TARGET_DIR:-$REPO_ROOT/target}/deb}"
 VERSION="${CRILET_DEB_VERSION:-}"
+COMPRESSION="${CRILET_DEB_COMPRESSION:-xz}"
 while [ "$#" -gt 0 ]; do
     case "$1" in
         --out) OUT="${2:?--out needs a directory}"; shift 2 ;;
         --version) VERSION="${2:?--version needs a version}"; shift 2 ;;
+        --compression) COMPRESSION="${2:?--compression needs xz, gzip or none}"; shift 2 ;;
         -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown argument $1 (see hack/deb.sh --help)" ;;
     esac
@@ -45,6 +50,10 @@ if [ -z "$VERSION" ]; then
     VERSION="${VERSION//-/\~}"
 fi
 dpkg --validate-version "$VERSION" 2>/dev/null || die "'$VERSION' is not a Debian version"
+case "$COMPRESSION" in
+    xz | gzip | none) ;;
+    *) die "--compression $COMPRESSION: dpkg-deb here takes xz, gzip or none" ;;
+esac
 ARCH="$(dpkg --print-architecture)"
 DEB="$OUT/crilet_${VERSION}_${ARCH}.deb"
 # Reproducible timestamps: dpkg-deb clamps the files' times to this and stamps the archive. Given
@@ -159,7 +168,7 @@ done
 chmod 0644 "$ROOT/DEBIAN/control" "$ROOT/DEBIAN/conffiles" "$ROOT/DEBIAN/md5sums"
 
 mkdir -p "$OUT"
-SOURCE_DATE_EPOCH="$epoch" dpkg-deb --root-owner-group --build "$ROOT" "$DEB.tmp" >/dev/null || die "dpkg-deb --build failed"
+SOURCE_DATE_EPOCH="$epoch" dpkg-deb --root-owner-group -Z"$COMPRESSION" --build "$ROOT" "$DEB.tmp" >/dev/null || die "dpkg-deb --build failed"
 mv -f "$DEB.tmp" "$DEB"
 log "built $DEB (crilet $VERSION, $ARCH, Depends: $depends; from git $COMMIT)"
 echo "$DEB"

@@ -421,6 +421,8 @@ async fn sigkill_at_random_points_loses_nothing() {
     );
     drop(s);
     let started = Instant::now();
+    // The agent first: alive, it would start again what is being removed.
+    a.kill();
     remove_pods_of(&cri, &a.manifests).await;
     eprintln!("chaos: cleanup took {:?}", started.elapsed());
 }

@@ -34,7 +34,7 @@ fn package(g: &Guest, stripped: &std::path::Path, version: &str) -> String {
         .arg(repo.join("hack/deb.sh"))
         .args(["--out"])
         .arg(g.share().join("deb"))
-        .args(["--version", version])
+        .args(["--version", version, "--compression", "none"])
         .env("CRILET_BIN", stripped)
         .output()
         .expect("run hack/deb.sh");
