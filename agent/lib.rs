@@ -61,5 +61,16 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
     out
 }
 
+/// `f` on tokio's blocking pool: file work reached from async code runs there, so a slow disk
+/// never stalls a runtime thread (one call per logical step, not per syscall). A task that could
+/// not finish (it panicked, or the runtime is shutting down) comes back as an `io::Error`.
+pub async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+) -> std::io::Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .unwrap_or_else(|e| Err(std::io::Error::other(format!("blocking file work did not finish: {e}"))))
+}
+
 /// The Kubernetes minor version whose kubelet behaviour crilet follows (User-Agent strings).
 pub const KUBE_VERSION: &str = "1.33";

@@ -162,9 +162,14 @@ pub fn cpu_weight(shares: i64) -> i64 {
     1 + ((shares.max(MIN_SHARES) - MIN_SHARES) * 9999) / 262_142
 }
 
-/// The inverse the kubelet reads a v2 cgroup back with (`cpuWeightToCPUShares`).
+/// The shares a v2 `cpu.weight` reads back as: the fewest that [`cpu_weight`] maps to `weight`,
+/// so shares read back and written again keep the weight. The kubelet's `CpuWeightToCpuShares`
+/// floors the same formula instead, which lands one weight lower for most weights (39 reads
+/// back as 998 shares, which write 38), so a value read back never equals what was written.
 pub fn shares_of_weight(weight: i64) -> i64 {
-    ((weight.max(1) - 1) * 262_142) / 9999 + MIN_SHARES
+    let steps = (weight.clamp(1, 10_000) - 1) * 262_142;
+    // The least `s - 2` with `(s - 2) · 9999 / 262142 ≥ weight - 1`: the quotient rounded up.
+    (steps + 9998) / 9999 + MIN_SHARES
 }
 
 /// Enables in `dir`'s `cgroup.subtree_control` the controllers of `available` (a
@@ -205,7 +210,8 @@ fn number(path: &Path) -> Result<i64, String> {
 mod tests {
     use super::*;
 
-    /// The kubelet's `getCPUWeight` at the points its tests and KEP-2254 name, and its inverse.
+    /// The kubelet's `getCPUWeight` at the points its tests and KEP-2254 name, and the exact
+    /// inverse (the kubelet's own reads 998, 2046 and 2597, a weight lower).
     #[test]
     fn shares_to_weight_as_the_kubelet() {
         for (shares, weight) in [
@@ -222,8 +228,25 @@ mod tests {
         ] {
             assert_eq!(cpu_weight(shares), weight, "{shares} shares");
         }
-        for (weight, shares) in [(1, 2), (39, 998), (79, 2046), (100, 2597), (10_000, 262_144)] {
+        for (weight, shares) in [(1, 2), (39, 999), (79, 2047), (100, 2598), (10_000, 262_144), (0, 2)] {
             assert_eq!(shares_of_weight(weight), shares, "weight {weight}");
+        }
+    }
+
+    /// Shares written as a weight and read back write the same weight again.
+    #[test]
+    fn weights_read_back_round_trip() {
+        for shares in [2, 3, 102, 250, 256, 1024, 2048, 262_143, 262_144] {
+            let weight = cpu_weight(shares);
+            let back = shares_of_weight(weight);
+            assert_eq!(cpu_weight(back), weight, "{shares} shares → weight {weight} → {back} shares");
+            assert!(back <= shares, "{shares} shares read back as more: {back}");
+        }
+        // Every weight: its shares are the fewest that write it.
+        for weight in 1..=10_000 {
+            let s = shares_of_weight(weight);
+            assert_eq!(cpu_weight(s), weight, "weight {weight}");
+            assert!(s == MIN_SHARES || cpu_weight(s - 1) < weight, "weight {weight}: {s} is not the least");
         }
     }
 
@@ -246,9 +269,9 @@ mod tests {
                 assert_eq!(file("", "memory.max"), "67108864");
                 assert_eq!(file("", "cpu.max"), "25000 100000");
                 assert_eq!(file("", "cpu.weight"), "39");
-                // What the kernel would show: read back through the kubelet's inverse.
+                // What the kernel would show: the fewest shares of weight 39.
                 let got = h.read_values(path).expect("read back");
-                assert_eq!(got, CgroupValues { cpu_shares: 998, ..want });
+                assert_eq!(got, CgroupValues { cpu_shares: 999, ..want });
             } else {
                 assert!(root.path().join("memory").join(path.trim_start_matches('/')).is_dir());
                 assert_eq!(file("memory", "memory.limit_in_bytes"), "67108864");

@@ -224,6 +224,12 @@ impl Cgroups {
         blocking(move || files.read_values(&path)).await
     }
 
+    /// `shares` as this host's cgroups read them back: a v2 cgroup keeps a weight, whose shares
+    /// are the fewest that write it ([`files::shares_of_weight`]); v1 keeps them as they are.
+    pub fn shares_as_read(&self, shares: i64) -> i64 {
+        if self.files.is_v2() { files::shares_of_weight(files::cpu_weight(shares)) } else { shares }
+    }
+
     /// [`Self::read_values`] on the calling thread, for the one caller that cannot await (a
     /// container's values read lazily inside the worker's pure sync decision).
     pub fn read_values_now(&self, path: &str) -> Result<CgroupValues, String> {
@@ -368,7 +374,7 @@ mod tests {
         assert_eq!(std::fs::read_to_string(dir.join("cpu.max")).expect("read"), "1500 100000");
         cg.set_cpu_shares(&pod, 2048).await.expect("shares");
         assert_eq!(std::fs::read_to_string(dir.join("cpu.weight")).expect("read"), "79");
-        assert_eq!(cg.read_values(cg.pod_path(&pod)).await.expect("read").cpu_shares, 2046);
+        assert_eq!(cg.read_values(cg.pod_path(&pod)).await.expect("read").cpu_shares, 2047);
         // Plain directories here, so the files written above keep them busy; an empty tree goes.
         for f in ["memory.max", "cpu.max", "cpu.weight"] {
             std::fs::remove_file(dir.join(f)).expect("rm");

@@ -3,6 +3,7 @@
 //!
 //! Each kubelet rule is written once here, with its spec rule number.
 
+pub mod gc;
 pub mod sync;
 
 use std::collections::BTreeSet;

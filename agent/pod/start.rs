@@ -27,7 +27,7 @@ mod mounts;
 use image::pulled_image_present;
 pub use image::{ImagesSeen, ensure_image, look_up_images};
 pub use mounts::hosts_file;
-use mounts::prepare_mounts;
+use mounts::{MountWork, prepare_mounts};
 
 fn err(reason: &str, message: impl Into<String>) -> StartError {
     StartError { reason: reason.to_string(), message: message.into() }
@@ -40,11 +40,13 @@ pub async fn create_sandbox(
     d: &DesiredPod,
     attempt: u32,
 ) -> Result<(String, Option<crate::model::ObservedSandbox>), StartError> {
-    let log_dir = pod_log_dir(&ctx.node, d);
-    mkdir(&log_dir, 0o755)
-        .map_err(|e| err("CreatePodSandboxError", format!("creating {}: {e}", log_dir.display())))?;
-    mkdir(&pod_dir(&ctx.node, &d.uid), 0o750)
-        .map_err(|e| err("CreatePodSandboxError", format!("creating pod directory: {e}")))?;
+    let (log_dir, pod_dir) = (pod_log_dir(&ctx.node, d), pod_dir(&ctx.node, &d.uid));
+    crate::blocking(move || {
+        mkdir(&log_dir, 0o755)?;
+        mkdir(&pod_dir, 0o750)
+    })
+    .await
+    .map_err(|e| err("CreatePodSandboxError", e.to_string()))?;
     prepare_volumes(ctx, d).await?;
     let config = sandbox_config(&ctx.node, d, attempt);
     let handler = d.pod.spec.as_ref().and_then(|s| s.runtime_class_name.clone()).unwrap_or_default();
@@ -91,9 +93,11 @@ async fn env_sources(
     })
 }
 
+/// `path` and its parents, `path` with `mode`; the error names the path. Blocks on the disk.
 fn mkdir(path: &Path, mode: u32) -> std::io::Result<()> {
-    std::fs::create_dir_all(path)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+    std::fs::create_dir_all(path)
+        .and_then(|()| std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)))
+        .map_err(|e| std::io::Error::new(e.kind(), format!("creating {}: {e}", path.display())))
 }
 
 /// The crash-loop back-off key (R7.4): container name and hash, so a changed container
@@ -153,12 +157,16 @@ pub struct StartRequest<'a> {
     pub images_seen: Option<&'a ImagesSeen>,
 }
 
-/// R1.14: the restart count of the new instance.
-fn next_restart_count(node: &NodeConfig, req: &StartRequest<'_>) -> u32 {
-    match req.observed.newest(&req.spec.name) {
-        Some(c) => c.restart_count + 1,
-        None => restart_count_from_logs(&pod_log_dir(node, req.desired).join(&req.spec.name)).unwrap_or(0),
-    }
+/// The container's log dir, made, and R1.14's restart count of the new instance: the newest
+/// instance's plus one, else (none in the runtime) the count its logs go on from. Blocks on the
+/// disk.
+fn prepare_log_dir(log_dir: &Path, newest_restart_count: Option<u32>) -> std::io::Result<u32> {
+    let restart_count = match newest_restart_count {
+        Some(n) => n + 1,
+        None => restart_count_from_logs(log_dir).unwrap_or(0),
+    };
+    mkdir(log_dir, 0o755)?;
+    Ok(restart_count)
 }
 
 /// An ephemeral container's `targetContainerName`: the running instance whose PID namespace it
@@ -187,10 +195,12 @@ pub async fn start_container(ctx: &StartContext, req: &StartRequest<'_>) -> Resu
     verify_run_as_non_root(&*ctx.exec.cri, d, c, &image_ref).await.inspect_err(|e| {
         ctx.exec.rec.warning(&d.key, name, "Failed", format!("Error: {}", e.message));
     })?;
-    let restart_count = next_restart_count(&ctx.node, req);
     let log_dir = pod_log_dir(&ctx.node, d).join(&c.name);
-    mkdir(&log_dir, 0o755)
-        .map_err(|e| err("CreateContainerConfigError", format!("creating {}: {e}", log_dir.display())))?;
+    let newest = req.observed.newest(&c.name).map(|o| o.restart_count);
+    let dir = log_dir.clone();
+    let restart_count = crate::blocking(move || prepare_log_dir(&dir, newest))
+        .await
+        .map_err(|e| err("CreateContainerConfigError", e.to_string()))?;
     prepare_volumes(ctx, d).await?;
     let api_env = env_sources(ctx, d, c).await?;
     // `subPathExpr` expands against the container's environment (the kubelet's makeMounts).
@@ -212,7 +222,17 @@ pub async fn start_container(ctx: &StartContext, req: &StartRequest<'_>) -> Resu
     } else {
         Vec::new()
     };
-    let (mounts, termination_file) = prepare_mounts(&ctx.node, req, &mount_env)?;
+    let work = MountWork {
+        node: ctx.node.clone(),
+        desired: d.clone(),
+        container: c.clone(),
+        pod_ips: req.pod_ips.to_vec(),
+        env: mount_env,
+    };
+    let (mounts, termination_file) =
+        crate::blocking(move || prepare_mounts(&work).map_err(std::io::Error::other))
+            .await
+            .map_err(|e| err("CreateContainerConfigError", e.to_string()))?;
     let rv = RuntimeValues {
         pod_ips: req.pod_ips.to_vec(),
         image_ref,
@@ -242,7 +262,12 @@ pub async fn start_container(ctx: &StartContext, req: &StartRequest<'_>) -> Resu
         return Err(err("RunContainerError", e.to_string()));
     }
     ctx.exec.rec.started(&d.key, &c.name, &id, restart_count);
-    link_legacy_log(&ctx.node, d, &c.name, &id, &log_dir.join(format!("{restart_count}.log")));
+    if let Some(link) = spec::legacy_log_symlink(&ctx.node, &d.key, &c.name, &id) {
+        let target = log_dir.join(format!("{restart_count}.log"));
+        if let Err(e) = crate::blocking(move || link_legacy_log(&link, &target)).await {
+            tracing::warn!(error = %e, "cannot create the legacy log symlink");
+        }
+    }
     if let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
         if let Err(msg) =
             run_handler(&*ctx.exec.cri, &id, c, hook, req.pod_ips.first().map(String::as_str)).await
@@ -272,20 +297,19 @@ pub async fn start_container(ctx: &StartContext, req: &StartRequest<'_>) -> Resu
     Ok(id)
 }
 
-/// R1.13: `/var/log/containers/<pod>_<ns>_<container>-<id>.log` → the CRI log file, once it
-/// exists. Best effort: a failure is logged, never fatal.
-fn link_legacy_log(node: &NodeConfig, d: &DesiredPod, container: &str, id: &str, target: &Path) {
-    let Some(link) = spec::legacy_log_symlink(node, &d.key, container, id) else { return };
+/// R1.13: `/var/log/containers/<pod>_<ns>_<container>-<id>.log` (`link`) → the CRI log file,
+/// once it exists. Best effort: the caller logs a failure, never fatal. Blocks on the disk.
+fn link_legacy_log(link: &Path, target: &Path) -> std::io::Result<()> {
     if !target.exists() {
-        return;
+        return Ok(());
     }
-    let made = link.parent().map_or(Ok(()), std::fs::create_dir_all).and_then(|_| {
-        let _ = std::fs::remove_file(&link);
-        std::os::unix::fs::symlink(target, &link)
-    });
-    if let Err(e) = made {
-        tracing::warn!(link = %link.display(), error = %e, "cannot create the legacy log symlink");
-    }
+    link.parent()
+        .map_or(Ok(()), std::fs::create_dir_all)
+        .and_then(|()| {
+            let _ = std::fs::remove_file(link);
+            std::os::unix::fs::symlink(target, link)
+        })
+        .map_err(|e| std::io::Error::new(e.kind(), format!("linking {}: {e}", link.display())))
 }
 
 /// `runAsNonRoot` as the kubelet enforces it: the effective user (container, then pod, then the

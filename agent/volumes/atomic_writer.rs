@@ -95,7 +95,8 @@ fn validate_payload(payload: &Payload) -> Result<Payload, WriteError> {
 }
 
 /// Writes `payload` into `dir` (which must exist) as the volume's new version. Returns whether a
-/// new version was written: `false` when the files on disk already are the payload.
+/// new version was written: `false` when the files on disk already are the payload. Blocks on
+/// the disk: async callers run it on the blocking pool (`VolumeManager`'s passes do).
 pub fn write(dir: &Path, payload: &Payload) -> Result<bool, WriteError> {
     let payload = validate_payload(payload)?;
     let data_link = dir.join(DATA_DIR);

@@ -188,21 +188,33 @@ impl VolumeManager {
             return Ok(());
         }
         let pod_dir = pod_dir(&self.node, uid);
-        if pass == Pass::Resync && !pod_dir.is_dir() {
-            return Ok(());
+        if pass == Pass::Resync {
+            let dir = pod_dir.clone();
+            if !crate::blocking(move || Ok(dir.is_dir())).await.map_err(|e| e.to_string())? {
+                return Ok(());
+            }
         }
         // One pass at a time per pod: the atomic writer must not race itself on a directory.
         let state = self.state(uid);
         let mut state = state.lock().await;
         let todo: Vec<&Volume> = match pass {
             Pass::Resync => volumes,
-            Pass::SetUp => volumes
-                .into_iter()
-                .filter(|v| {
-                    !state.written.contains_key(&v.name)
-                        && !host_path(&self.node, uid, v).is_some_and(|d| is_set_up(&d))
+            Pass::SetUp => {
+                let unwritten: Vec<&Volume> =
+                    volumes.into_iter().filter(|v| !state.written.contains_key(&v.name)).collect();
+                if unwritten.is_empty() {
+                    return Ok(());
+                }
+                // Which of them an earlier agent wrote: one look at the disk for all.
+                let dirs: Vec<Option<PathBuf>> =
+                    unwritten.iter().map(|v| host_path(&self.node, uid, v)).collect();
+                let set_up = crate::blocking(move || {
+                    Ok(dirs.iter().map(|d| d.as_deref().is_some_and(is_set_up)).collect::<Vec<_>>())
                 })
-                .collect(),
+                .await
+                .map_err(|e| e.to_string())?;
+                unwritten.into_iter().zip(set_up).filter(|(_, done)| !done).map(|(v, _)| v).collect()
+            }
         };
         if todo.is_empty() {
             return Ok(());
@@ -217,20 +229,43 @@ impl VolumeManager {
             state.read_at = Some(now);
         }
         let allocatable = self.allocatable();
-        let mut errors = Vec::new();
+        // Each volume in order: its payload's error, or what to write (none: written as it is).
+        let mut jobs = Vec::new();
         for vol in todo {
             let Some(payload) = volume_payload(vol, pod, &fetched, &allocatable) else { continue };
-            let written = payload.and_then(|p| {
-                let fp = fingerprint(&p);
-                if state.written.get(&vol.name) == Some(&fp) {
-                    return Ok(());
+            let job = payload.and_then(|payload| {
+                let fingerprint = fingerprint(&payload);
+                if state.written.get(&vol.name) == Some(&fingerprint) {
+                    return Ok(None);
                 }
-                self.write(&pod_dir, pass == Pass::SetUp, uid, vol, &p)?;
-                state.written.insert(vol.name.clone(), fp);
-                Ok(())
+                let dir = host_path(&self.node, uid, vol).ok_or("not an API-backed volume")?;
+                Ok(Some(VolumeWrite { dir, payload, fingerprint }))
             });
-            if let Err(e) = written {
-                errors.push(format!("MountVolume.SetUp failed for volume {:?} : {e}", vol.name));
+            jobs.push((vol.name.clone(), job));
+        }
+        let set_up = pass == Pass::SetUp;
+        // The writes of the pass together, on the blocking pool.
+        let done = if jobs.iter().any(|(_, j)| matches!(j, Ok(Some(_)))) {
+            crate::blocking(move || {
+                let write = |job: Result<Option<VolumeWrite>, String>| match job? {
+                    Some(w) => write_volume(&pod_dir, set_up, &w).map(|()| Some(w.fingerprint)),
+                    None => Ok(None),
+                };
+                Ok(jobs.into_iter().map(|(name, job)| (name, write(job))).collect::<Vec<_>>())
+            })
+            .await
+            .map_err(|e| e.to_string())?
+        } else {
+            jobs.into_iter().map(|(name, job)| (name, job.map(|_| None))).collect()
+        };
+        let mut errors = Vec::new();
+        for (name, written) in done {
+            match written {
+                Ok(Some(fingerprint)) => {
+                    state.written.insert(name, fingerprint);
+                }
+                Ok(None) => {}
+                Err(e) => errors.push(format!("MountVolume.SetUp failed for volume {name:?} : {e}")),
             }
         }
         for e in errors.iter().skip(1) {
@@ -324,33 +359,32 @@ impl VolumeManager {
             }
         }
     }
+}
 
-    /// Writes one volume's payload, creating its directory. The pod's directory is created only
-    /// on set-up: a late resync must not bring a removed pod's directory back.
-    fn write(
-        &self,
-        pod_dir: &Path,
-        set_up: bool,
-        uid: &str,
-        vol: &Volume,
-        payload: &Payload,
-    ) -> Result<(), String> {
-        let dir = host_path(&self.node, uid, vol).ok_or("not an API-backed volume")?;
-        if !pod_dir.is_dir() {
-            if !set_up {
-                return Err(format!("{} is gone", pod_dir.display()));
-            }
-            std::fs::create_dir_all(pod_dir)
-                .and_then(|()| std::fs::set_permissions(pod_dir, std::fs::Permissions::from_mode(0o750)))
-                .map_err(|e| format!("creating {}: {e}", pod_dir.display()))?;
+/// One volume's files to write into `dir`, and their fingerprint.
+struct VolumeWrite {
+    dir: PathBuf,
+    payload: Payload,
+    fingerprint: u64,
+}
+
+/// Writes one volume's payload, creating its directory. The pod's directory is created only on
+/// set-up: a late resync must not bring a removed pod's directory back. Blocks on the disk.
+fn write_volume(pod_dir: &Path, set_up: bool, w: &VolumeWrite) -> Result<(), String> {
+    if !pod_dir.is_dir() {
+        if !set_up {
+            return Err(format!("{} is gone", pod_dir.display()));
         }
-        if !dir.is_dir() {
-            // World-writable like the kubelet's emptyDir wrapper of these volumes, so non-root
-            // containers can traverse it; the pod directory (0750) keeps other host users out.
-            std::fs::create_dir_all(&dir)
-                .and_then(|()| std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)))
-                .map_err(|e| format!("creating {}: {e}", dir.display()))?;
-        }
-        atomic_writer::write(&dir, payload).map(|_| ()).map_err(|e| crate::error_chain(&e))
+        std::fs::create_dir_all(pod_dir)
+            .and_then(|()| std::fs::set_permissions(pod_dir, std::fs::Permissions::from_mode(0o750)))
+            .map_err(|e| format!("creating {}: {e}", pod_dir.display()))?;
     }
+    if !w.dir.is_dir() {
+        // World-writable like the kubelet's emptyDir wrapper of these volumes, so non-root
+        // containers can traverse it; the pod directory (0750) keeps other host users out.
+        std::fs::create_dir_all(&w.dir)
+            .and_then(|()| std::fs::set_permissions(&w.dir, std::fs::Permissions::from_mode(0o777)))
+            .map_err(|e| format!("creating {}: {e}", w.dir.display()))?;
+    }
+    atomic_writer::write(&w.dir, &w.payload).map(|_| ()).map_err(|e| crate::error_chain(&e))
 }

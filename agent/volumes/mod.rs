@@ -110,6 +110,7 @@ pub fn host_path(node: &NodeConfig, uid: &str, volume: &Volume) -> Option<PathBu
 }
 
 /// Whether the volume at `dir` has been written at least once (its `..data` link exists).
+/// Blocks on the disk.
 pub fn is_set_up(dir: &Path) -> bool {
     std::fs::symlink_metadata(dir.join(atomic_writer::DATA_DIR)).is_ok_and(|m| m.file_type().is_symlink())
 }
@@ -117,6 +118,7 @@ pub fn is_set_up(dir: &Path) -> bool {
 /// `subPath` inside an API-backed volume. Its entries are the writer's links into `..data`, so
 /// links are followed, as the kubelet does (it evaluates the symlinks, then requires the result
 /// to stay inside the volume); a missing path is created as directories, never through a link.
+/// Blocks on the disk (`pod::start` calls it on the blocking pool).
 pub fn sub_path_in_volume(root: &Path, sub: &str) -> std::io::Result<PathBuf> {
     if Path::new(sub).components().any(|c| !matches!(c, Component::Normal(_) | Component::CurDir)) {
         return Err(std::io::Error::other("must be a relative path without \"..\""));
@@ -142,7 +144,8 @@ pub fn sub_path_in_volume(root: &Path, sub: &str) -> std::io::Result<PathBuf> {
 /// `root/sub`, created as directories where missing, never through a symlink: a container can
 /// put a symlink into a volume (`ln -s /etc data/x`), and a subPath through it would mount the
 /// host's file system (the kubelet's CVE-2017-1002101). `sub` is relative without `..`
-/// (validated with the manifest); each component is checked without following links.
+/// (validated with the manifest); each component is checked without following links. Blocks on
+/// the disk.
 pub fn sub_path_in(root: &Path, sub: &str) -> std::io::Result<PathBuf> {
     use std::path::Component;
     let mut cur = root.to_path_buf();

@@ -28,46 +28,47 @@ pub(super) fn expand_sub_path(expr: &str, env: &[(String, String)]) -> Result<St
     Ok(sub)
 }
 
+/// What [`prepare_mounts`] works from, owned: it runs on the blocking pool.
+pub(super) struct MountWork {
+    pub node: NodeConfig,
+    pub desired: DesiredPod,
+    pub container: Container,
+    pub pod_ips: Vec<String>,
+    /// The container's environment, for `subPathExpr`.
+    pub env: Vec<(String, String)>,
+}
+
 /// Host paths for the container's volume mounts (emptyDir created on first use), plus the
-/// termination-message file (R1.12).
-pub(super) fn prepare_mounts(
-    node: &NodeConfig,
-    req: &StartRequest<'_>,
-    env: &[(String, String)],
-) -> Result<(Vec<api::Mount>, Option<PathBuf>), StartError> {
-    let d = req.desired;
-    let c = req.spec;
+/// termination-message file (R1.12). The error is a `CreateContainerConfigError`'s message.
+/// Blocks on the disk (the subPaths, hostPaths and files it makes).
+pub(super) fn prepare_mounts(work: &MountWork) -> Result<(Vec<api::Mount>, Option<PathBuf>), String> {
+    let (node, d, c, env) = (&work.node, &work.desired, &work.container, &work.env);
     let volumes = d.pod.spec.as_ref().and_then(|s| s.volumes.clone()).unwrap_or_default();
     let mut mounts = Vec::new();
     for vm in c.volume_mounts.iter().flatten() {
         let Some(vol) = volumes.iter().find(|v| v.name == vm.name) else {
-            return Err(err("CreateContainerConfigError", format!("volume {:?} not found", vm.name)));
+            return Err(format!("volume {:?} not found", vm.name));
         };
         let api_volume = crate::volumes::host_path(node, &d.uid, vol);
         let mut host: PathBuf = if let Some(hp) = &vol.host_path {
             let p = PathBuf::from(&hp.path);
-            prepare_host_path(&p, hp.type_.as_deref().unwrap_or("")).map_err(|m| {
-                err("CreateContainerConfigError", format!("hostPath volume {:?}: {m}", vol.name))
-            })?;
+            prepare_host_path(&p, hp.type_.as_deref().unwrap_or(""))
+                .map_err(|m| format!("hostPath volume {:?}: {m}", vol.name))?;
             p
         } else if let Some(p) = api_volume.clone() {
             // Written by `VolumeManager::prepare` before the sandbox.
             if !crate::volumes::is_set_up(&p) {
-                return Err(err(
-                    "CreateContainerConfigError",
-                    format!("volume {:?} is not set up", vol.name),
-                ));
+                return Err(format!("volume {:?} is not set up", vol.name));
             }
             p
         } else {
             let p = empty_dir(node, &d.uid, &vol.name);
             // World-writable like the kubelet's emptyDir, so non-root containers can use it.
-            mkdir(&p, 0o777)
-                .map_err(|e| err("CreateContainerConfigError", format!("emptyDir {:?}: {e}", vol.name)))?;
+            mkdir(&p, 0o777).map_err(|e| format!("emptyDir {:?}: {e}", vol.name))?;
             p
         };
         let expanded = match vm.sub_path_expr.as_deref().filter(|s| !s.is_empty()) {
-            Some(expr) => Some(expand_sub_path(expr, env).map_err(|m| err("CreateContainerConfigError", m))?),
+            Some(expr) => Some(expand_sub_path(expr, env)?),
             None => None,
         };
         if let Some(sub) = expanded.as_deref().or(vm.sub_path.as_deref()).filter(|s| !s.is_empty()) {
@@ -75,9 +76,7 @@ pub(super) fn prepare_mounts(
                 Some(_) => crate::volumes::sub_path_in_volume(&host, sub),
                 None => crate::volumes::sub_path_in(&host, sub),
             };
-            host = resolved.map_err(|e| {
-                err("CreateContainerConfigError", format!("volume {:?} subPath {sub:?}: {e}", vol.name))
-            })?;
+            host = resolved.map_err(|e| format!("volume {:?} subPath {sub:?}: {e}", vol.name))?;
         }
         mounts.push(api::Mount {
             container_path: vm.mount_path.clone(),
@@ -91,13 +90,12 @@ pub(super) fn prepare_mounts(
     // mounts its own.
     if !mounts.iter().any(|m| m.container_path == "/etc/hosts") {
         let dir = pod_dir(node, &d.uid);
-        mkdir(&dir, 0o750)
-            .map_err(|e| err("CreateContainerConfigError", format!("creating pod directory: {e}")))?;
+        mkdir(&dir, 0o750).map_err(|e| e.to_string())?;
         let hosts = dir.join("etc-hosts");
-        let text = hosts_file(&d.pod, req.pod_ips);
+        let text = hosts_file(&d.pod, &work.pod_ips);
         std::fs::write(&hosts, text)
             .and_then(|_| std::fs::set_permissions(&hosts, std::fs::Permissions::from_mode(0o644)))
-            .map_err(|e| err("CreateContainerConfigError", format!("writing /etc/hosts: {e}")))?;
+            .map_err(|e| format!("writing /etc/hosts ({}): {e}", hosts.display()))?;
         mounts.push(api::Mount {
             container_path: "/etc/hosts".into(),
             host_path: hosts.display().to_string(),
@@ -109,12 +107,11 @@ pub(super) fn prepare_mounts(
     let tpath = c.termination_message_path.clone().unwrap_or_else(|| "/dev/termination-log".into());
     if !tpath.is_empty() {
         let dir = pod_dir(node, &d.uid).join("containers").join(&c.name);
-        mkdir(&dir, 0o750)
-            .map_err(|e| err("CreateContainerConfigError", format!("termination message dir: {e}")))?;
+        mkdir(&dir, 0o750).map_err(|e| format!("termination message dir: {e}"))?;
         let file = dir.join(format!("{:08x}", fastrand::u32(..)));
         std::fs::write(&file, b"")
             .and_then(|_| std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)))
-            .map_err(|e| err("CreateContainerConfigError", format!("termination message file: {e}")))?;
+            .map_err(|e| format!("termination message file {}: {e}", file.display()))?;
         mounts.push(api::Mount {
             container_path: tpath,
             host_path: file.display().to_string(),
@@ -126,7 +123,8 @@ pub(super) fn prepare_mounts(
     Ok((mounts, termination_file))
 }
 
-/// hostPath `type` checks as the kubelet does them (create the *OrCreate kinds).
+/// hostPath `type` checks as the kubelet does them (create the *OrCreate kinds). Blocks on the
+/// disk.
 pub(super) fn prepare_host_path(p: &Path, kind: &str) -> Result<(), String> {
     let meta = std::fs::metadata(p);
     use std::os::unix::fs::FileTypeExt;
@@ -154,7 +152,8 @@ pub(super) fn prepare_host_path(p: &Path, kind: &str) -> Result<(), String> {
 }
 
 /// The pod's /etc/hosts as the kubelet writes it: the node's file for host-network pods, else
-/// the standard local entries and the pod's own IP and hostname; then the hostAliases.
+/// the standard local entries and the pod's own IP and hostname; then the hostAliases. Reads
+/// the node's file from the disk for a host-network pod.
 pub fn hosts_file(pod: &k8s_openapi::api::core::v1::Pod, pod_ips: &[String]) -> String {
     let spec = pod.spec.as_ref();
     let mut out = String::from("# Kubernetes-managed hosts file.\n");

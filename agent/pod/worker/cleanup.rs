@@ -4,42 +4,30 @@ use super::*;
 use crate::pod::terminate::{Deadline, kill_pod_by};
 
 impl Worker {
-    /// R12.5 / R4.10: keep only the newest exited instance of each container, and remove dead
-    /// sandboxes that are not the newest and hold no containers.
+    /// R12.5 / R4.10: removes the pod's garbage (`plan::gc`): each container's dead instances
+    /// but the newest, with their logs, and the dead sandboxes that are not the newest and hold
+    /// no containers.
     pub(super) async fn collect_garbage(&mut self, observed: &ObservedPod) {
-        let mut seen_exited: HashMap<&str, bool> = HashMap::new();
-        for c in &observed.containers {
-            if c.state != ContainerState::Exited {
+        let garbage = crate::pod::plan::gc::garbage(observed);
+        for c in garbage.containers {
+            debug!(container = %c.name, id = %c.id, state = ?c.state, "removing an old dead instance");
+            if self.ctx.exec.cri.remove_container(&c.id).await.is_err() {
                 continue;
             }
-            let seen = seen_exited.entry(c.name.as_str()).or_insert(false);
-            if *seen {
-                debug!(container = %c.name, id = %c.id, "removing old exited instance");
-                if self.ctx.exec.cri.remove_container(&c.id).await.is_ok() {
-                    self.acted = true;
-                    if !c.log_path.is_empty() {
-                        // The log and every file rotated from it, as the kubelet's log cleanup
-                        // (a directory listing and removals: on the blocking pool).
-                        let path = std::path::PathBuf::from(&c.log_path);
-                        let removed = tokio::task::spawn_blocking(move || {
-                            crate::logrotate::remove_container_logs(&path)
-                        })
-                        .await
-                        .unwrap_or_else(|e| Err(std::io::Error::other(e)));
-                        if let Err(e) = removed {
-                            debug!(path = %c.log_path, error = %e, "removing an old instance's logs failed");
-                        }
-                    }
-                    self.remove_legacy_link(&c.name, &c.id).await;
+            self.acted = true;
+            if !c.log_path.is_empty() {
+                // The log and every file rotated from it, as the kubelet's log cleanup (a
+                // directory listing and removals: on the blocking pool).
+                let path = std::path::PathBuf::from(&c.log_path);
+                let removed = crate::blocking(move || crate::logrotate::remove_container_logs(&path)).await;
+                if let Err(e) = removed {
+                    debug!(path = %c.log_path, error = %e, "removing an old instance's logs failed");
                 }
             }
-            *seen = true;
+            self.remove_legacy_link(&c.name, &c.id).await;
         }
-        for sb in observed.sandboxes.iter().skip(1) {
-            let used = observed.containers.iter().any(|c| c.sandbox_id == sb.id);
-            if sb.state == SandboxState::NotReady && !used {
-                let _ = self.ctx.exec.cri.remove_sandbox(&sb.id).await;
-            }
+        for id in garbage.sandboxes {
+            let _ = self.ctx.exec.cri.remove_sandbox(id).await;
         }
     }
 
@@ -160,5 +148,5 @@ impl Worker {
 
 /// Removes the tree at `path`, if any, on the blocking pool (a pod's dirs may hold many files).
 async fn remove_tree(path: std::path::PathBuf) {
-    let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(path)).await;
+    let _ = crate::blocking(move || std::fs::remove_dir_all(path)).await;
 }

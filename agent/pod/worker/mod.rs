@@ -14,7 +14,7 @@ mod sync_tests;
 
 use self::persist::conditions_path;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,7 +35,7 @@ use super::start::{
 };
 use super::terminate::{kill_one, kill_pod};
 use super::update::{self, PulledImage, UpdateState};
-use crate::model::{ContainerState, DesiredPod, ObservedPod, ProbeState, SandboxState};
+use crate::model::{ContainerState, DesiredPod, ObservedPod, ProbeState};
 use crate::probe::manager::ProbeManager;
 use crate::registry::PodRecord;
 use crate::status::{StartError, StatusInput, compute};

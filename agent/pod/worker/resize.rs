@@ -158,7 +158,12 @@ impl Worker {
             .filter_map(|c| {
                 let a = match &c.resources {
                     Some(l) => Amounts::from_runtime(l),
-                    None => pod_cgroup::read_container(&self.ctx.cgroups, &name, &c.id)?,
+                    None => {
+                        let allocated = resize::resizable(running)
+                            .find(|s| s.name == c.name)
+                            .map(|s| Amounts::of(s.resources.as_ref()));
+                        pod_cgroup::read_container(&self.ctx.cgroups, &name, &c.id, allocated.as_ref())?
+                    }
                 };
                 Some((c.id.clone(), a))
             })
@@ -364,7 +369,10 @@ impl Worker {
             let actual = live
                 .then(|| match &instance.resources {
                     Some(l) => Some(Amounts::from_runtime(l)),
-                    None => pod_cgroup::read_container(&self.ctx.cgroups, &name, &instance.id),
+                    None => {
+                        let allocated = Amounts::of(c.resources.as_ref());
+                        pod_cgroup::read_container(&self.ctx.cgroups, &name, &instance.id, Some(&allocated))
+                    }
                 })
                 .flatten();
             st.resources = Some(if live { resize::status_resources(&allocated, actual) } else { allocated });

@@ -408,6 +408,30 @@ async fn a_failed_start_is_retried_after_the_sync_back_off() {
     assert_eq!(left, [(1, ContainerState::Running), (0, ContainerState::Created)]);
 }
 
+/// Starts that keep failing leave instances that were created and never started: once the pod
+/// runs, the GC removes all but the newest of them (R12.5: one dead instance per container),
+/// never the running one, and the log of the one removed.
+#[tokio::test]
+async fn instances_that_never_started_are_collected() {
+    let spec = json!({"containers": [container("app", "busybox:1")]});
+    let mut n = node(FakeRuntime::new().with_images(&["busybox:1"]), desired(spec)).await;
+    n.fake.fail_next("StartContainer", 2);
+    let first = strings(&["RunPodSandbox web/0", "CreateContainer app/0", "StartContainer app/0"]);
+    assert_eq!(n.sync().await, first);
+    assert_eq!(n.sync().await, strings(&["CreateContainer app/1", "StartContainer app/1"]));
+    assert_eq!(n.sync().await, strings(&["CreateContainer app/2", "StartContainer app/2"]));
+    assert_eq!(n.statuses(), strings(&["app: running, restarts 2"]));
+    let oldest =
+        n.observe().await.containers.iter().find(|c| c.attempt == 0).expect("app/0").log_path.clone();
+    std::fs::write(&oldest, "").expect("a log of the instance that never started");
+    assert_eq!(n.sync().await, strings(&["RemoveContainer app/0"]), "the oldest dead instance goes");
+    assert!(!std::path::Path::new(&oldest).exists(), "with its log");
+    assert_eq!(n.sync().await, Vec::<String>::new(), "steady state");
+    let left: Vec<(u32, ContainerState)> =
+        n.observe().await.containers.iter().map(|c| (c.attempt, c.state)).collect();
+    assert_eq!(left, [(2, ContainerState::Running), (1, ContainerState::Created)]);
+}
+
 /// A RunPodSandbox that fails: nothing else is tried, the sync comes back after the kubelet's
 /// sync back-off (10 s), and the retry makes the sandbox (the same attempt) and starts the pod.
 #[tokio::test]
