@@ -44,6 +44,12 @@ pub fn milli_cpu_to_shares(milli: i64) -> i64 {
     (milli * 1024 / 1000).clamp(MIN_SHARES, MAX_SHARES)
 }
 
+/// The cpu request in millicores that `shares` read back as (the kubelet's `sharesToMilliCPU`):
+/// rounded up, so the shares of `m` millicores read back as `m`; below [`MIN_SHARES`], none.
+pub fn shares_to_milli_cpu(shares: i64) -> i64 {
+    if shares >= MIN_SHARES { (shares * 1000 + 1023) / 1024 } else { 0 }
+}
+
 /// A cgroup's values as the kubelet sets a pod's (`ResourceConfig`): the memory limit and the
 /// CFS quota (`None`: unlimited) and the cpu shares (a weight on v2).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -3,7 +3,7 @@
 //! named, made, changed and removed through [`crate::cgroup::Cgroups`], which knows the driver.
 
 use super::resize::{Amounts, CPU_PERIOD};
-use crate::cgroup::{CgroupName, Cgroups, MIN_SHARES, milli_cpu_to_shares};
+use crate::cgroup::{CgroupName, Cgroups, MIN_SHARES, milli_cpu_to_shares, shares_to_milli_cpu};
 
 /// What a container's cgroup holds. Read synchronously: it is called lazily from inside the
 /// pure sync decision, only for a runtime that reports no resources, and is one small sysfs
@@ -21,8 +21,7 @@ pub fn read_container(
     let applied = |a: &&Amounts| cgroups.shares_as_read(milli_cpu_to_shares(a.cpu_request)) == c.cpu_shares;
     let cpu_request = match allocated.filter(applied) {
         Some(a) => a.cpu_request,
-        // sharesToMilliCPU, rounded up.
-        None if c.cpu_shares > MIN_SHARES => (c.cpu_shares * 1000 + 1023) / 1024,
+        None if c.cpu_shares > MIN_SHARES => shares_to_milli_cpu(c.cpu_shares),
         None => 0,
     };
     Some(Amounts {

@@ -139,12 +139,7 @@ impl Amounts {
     pub fn from_runtime(l: &api::LinuxContainerResources) -> Self {
         let cpu_limit =
             if l.cpu_period > 0 && l.cpu_quota > 0 { l.cpu_quota * 1000 / l.cpu_period } else { 0 };
-        let cpu_request = if l.cpu_shares >= MIN_SHARES {
-            // sharesToMilliCPU: rounded up, so 1024·m/1000 shares read back as m.
-            (l.cpu_shares * 1000 + 1023) / 1024
-        } else {
-            0
-        };
+        let cpu_request = crate::cgroup::shares_to_milli_cpu(l.cpu_shares);
         Amounts { cpu_request, cpu_limit, memory_request: 0, memory_limit: l.memory_limit_in_bytes.max(0) }
     }
 }
