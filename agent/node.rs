@@ -86,6 +86,22 @@ pub fn capacity() -> (i64, i64) {
     })
 }
 
+/// The process IDs the node has (the kubelet's `pidlimit.Stats` `MaxPID`): the lesser of
+/// `kernel.pid_max` and `kernel.threads-max`, either bounds how many tasks can exist; 0 when
+/// neither is readable.
+pub fn max_pids() -> i64 {
+    let read = |f: &str| {
+        std::fs::read_to_string(Path::new("/proc/sys/kernel").join(f))
+            .ok()
+            .and_then(|t| t.trim().parse::<i64>().ok())
+            .filter(|n| *n > 0)
+    };
+    match (read("pid_max"), read("threads-max")) {
+        (Some(a), Some(b)) => a.min(b),
+        (a, b) => a.or(b).unwrap_or(0),
+    }
+}
+
 /// Node allocatable cpu (millicores) and memory (bytes), as the Node object reports it: the
 /// capacity, the memory less the eviction threshold (the agent has no system or kube
 /// reservations).

@@ -202,6 +202,18 @@ fn pods_under(g: &Guest, driver: Driver) {
     );
     assert_eq!(g.cgroup_file(besteffort_qos, "cpu.weight"), "1", "{driver:?}: {besteffort_qos}");
     g.wait("burstable at the minimum", SLOW, &weight_is(burstable_qos, 1));
+    // kubepods holds the node's process IDs (the lesser of pid_max and threads-max); the
+    // QoS classes below it have no limit of their own.
+    let pids: i64 = g
+        .ok("cat /proc/sys/kernel/pid_max /proc/sys/kernel/threads-max | sort -n | head -1")
+        .parse()
+        .expect("pid limit");
+    assert_eq!(g.cgroup_file(root, "pids.max"), pids.to_string(), "{driver:?}: kubepods pids.max");
+    assert_eq!(g.cgroup_file(burstable_qos, "pids.max"), "max", "{driver:?}: {burstable_qos} pids.max");
+    if systemd {
+        let tasks = g.ok("systemctl show -p TasksMax --value kubepods.slice");
+        assert_eq!(tasks, pids.to_string(), "kubepods.slice TasksMax");
+    }
 
     g.manifest("guaranteed", GUARANTEED);
     g.manifest("burstable", BURSTABLE);

@@ -57,6 +57,17 @@ async fn orphaned_pod_cgroups_are_swept_and_nothing_else() {
     a.write_manifest("alive.yaml", POD);
     let p = running_pod(&a, "alive").await;
     let live_uid = p["metadata"]["uid"].as_str().expect("uid").to_string();
+    // The node allocatable cgroup holds the node's process IDs: the lesser of the kernel's two
+    // bounds (the kubelet's `pidlimit`), in the pids tree of a v1 host or in the unified one.
+    let kernel = |f: &str| -> i64 {
+        std::fs::read_to_string(format!("/proc/sys/kernel/{f}")).expect(f).trim().parse().expect(f)
+    };
+    let pids = kernel("pid_max").min(kernel("threads-max"));
+    let pids_max = ["/sys/fs/cgroup/pids/kubepods/pids.max", "/sys/fs/cgroup/kubepods/pids.max"]
+        .iter()
+        .find_map(|f| std::fs::read_to_string(f).ok())
+        .expect("kubepods has a pids.max");
+    assert_eq!(pids_max.trim(), pids.to_string(), "kubepods pids.max");
     wait_for("the orphaned pod cgroups removed", Duration::from_secs(60), || async {
         orphan.iter().all(|d| !d.exists()).then_some(())
     })

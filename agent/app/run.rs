@@ -214,7 +214,8 @@ pub(crate) async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
     // allocatable cgroup and QoS container manager); under systemd a failure is the first pod's
     // to report again.
     let (cpu_milli, memory) = crilet::node::capacity();
-    let node_allocatable = crilet::cgroup::NodeAllocatable { cpu_milli, memory };
+    let node_allocatable =
+        crilet::cgroup::NodeAllocatable { cpu_milli, memory, pids: crilet::node::max_pids() };
     if let Err(e) = ctx.cgroups.ensure_qos(&crilet::cgroup::qos::values(node_allocatable, 0)).await {
         error!(error = %e, "making the QoS cgroups failed");
     }

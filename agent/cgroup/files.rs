@@ -68,7 +68,11 @@ impl Hierarchy {
         };
         let rel = path.trim_start_matches('/');
         if !self.v2 {
-            for c in ["cpu", "memory"] {
+            for c in ["cpu", "memory", "pids"] {
+                // A v1 host without the pids controller mounted has no pids limits to keep.
+                if c == "pids" && !self.dir(c, "").is_dir() {
+                    continue;
+                }
                 let dir = self.dir(c, path);
                 std::fs::create_dir_all(&dir)
                     .map_err(|e| format!("making the cgroup {}: {e}", dir.display()))?;
@@ -125,6 +129,26 @@ impl Hierarchy {
         let d = self.dir("cpu", path);
         write(&d.join("cpu.cfs_period_us"), &CPU_PERIOD.to_string())?;
         write(&d.join("cpu.cfs_quota_us"), &quota.unwrap_or(-1).to_string())
+    }
+
+    /// `pids.max` (v1: in the `pids` tree); `None` is unlimited (`max`). A v1 host without the
+    /// pids controller mounted has no limit to keep (the kubelet refuses to start there; crilet
+    /// runs without it, as it did before it set one).
+    pub fn write_pids_limit(&self, path: &str, limit: Option<i64>) -> Result<(), String> {
+        if !self.v2 && !self.dir("pids", "").is_dir() {
+            return Ok(());
+        }
+        let v = limit.map_or_else(|| "max".to_string(), |l| l.to_string());
+        write(&self.dir("pids", path).join("pids.max"), &v)
+    }
+
+    /// `pids.max`; `None` when unlimited.
+    pub fn read_pids_limit(&self, path: &str) -> Result<Option<i64>, String> {
+        let text = read(&self.dir("pids", path).join("pids.max"))?;
+        if text == "max" {
+            return Ok(None);
+        }
+        text.parse().map(Some).map_err(|e| format!("pids.max of {path}: {text:?}: {e}"))
     }
 
     pub fn write_cpu_shares(&self, path: &str, shares: i64) -> Result<(), String> {
@@ -280,6 +304,13 @@ mod tests {
                 assert_eq!(file("cpu", "cpu.shares"), "1024");
                 assert_eq!(h.read_values(path).expect("read back"), want);
             }
+            std::fs::create_dir_all(h.dir("pids", path)).expect("mkdir pids");
+            h.write_pids_limit(path, Some(32_768)).expect("pids");
+            assert_eq!(file(if v2 { "" } else { "pids" }, "pids.max"), "32768");
+            assert_eq!(h.read_pids_limit(path), Ok(Some(32_768)));
+            h.write_pids_limit(path, None).expect("unlimited pids");
+            assert_eq!(file(if v2 { "" } else { "pids" }, "pids.max"), "max");
+            assert_eq!(h.read_pids_limit(path), Ok(None));
             h.write_memory_limit(path, None).expect("unlimit");
             h.write_cpu_quota(path, None).expect("unquota");
             if v2 {

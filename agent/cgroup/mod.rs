@@ -218,6 +218,9 @@ impl Cgroups {
             if let Some(q) = r.cpu_quota {
                 files.write_cpu_quota(&path, q)?;
             }
+            if let Some(p) = r.pids_limit {
+                files.write_pids_limit(&path, p)?;
+            }
             Ok(())
         })
         .await
@@ -327,10 +330,14 @@ mod tests {
     /// the `cpu` and `memory` trees, on v2 with the root's controllers enabled on the way down.
     #[tokio::test]
     async fn cgroupfs_makes_the_qos_parents_with_their_values() {
-        let want = qos::values(NodeAllocatable { cpu_milli: 2000, memory: 2 << 30 }, 250);
+        let want = qos::values(NodeAllocatable { cpu_milli: 2000, memory: 2 << 30, pids: 4096 }, 250);
         for v2 in [false, true] {
             let root = tempfile::tempdir().expect("tempdir");
             let r = root.path();
+            if !v2 {
+                // The pids controller is mounted (as on this host): kubepods is made in it too.
+                std::fs::create_dir(r.join("pids")).expect("mkdir");
+            }
             if v2 {
                 std::fs::write(r.join("cgroup.controllers"), "cpuset cpu memory pids").expect("write");
                 // Already enabled at the root: only what is missing is written.
@@ -351,10 +358,13 @@ mod tests {
                 assert_eq!(file("kubepods/cpu.weight"), "79");
                 assert_eq!(file("kubepods/burstable/cpu.weight"), "10");
                 assert_eq!(file("kubepods/besteffort/cpu.weight"), "1");
+                assert_eq!(file("kubepods/pids.max"), "4096");
+                assert!(!r.join("kubepods/burstable/pids.max").exists(), "no pids limit below kubepods");
                 assert!(!r.join("kubepods/burstable/memory.max").exists(), "no memory limit below kubepods");
             } else {
                 assert_eq!(file("memory/kubepods/memory.limit_in_bytes"), (2u64 << 30).to_string());
                 assert_eq!(file("cpu/kubepods/cpu.shares"), "2048");
+                assert_eq!(file("pids/kubepods/pids.max"), "4096");
                 assert_eq!(file("cpu/kubepods/burstable/cpu.shares"), "256");
                 assert_eq!(file("cpu/kubepods/besteffort/cpu.shares"), "2");
                 assert!(r.join("memory/kubepods/besteffort").is_dir());

@@ -21,13 +21,16 @@ pub struct NodeAllocatable {
     pub cpu_milli: i64,
     /// Bytes.
     pub memory: i64,
+    /// The node's process IDs (the kubelet's internal `pid` capacity, `pidlimit.Stats`: the
+    /// lesser of `kernel.pid_max` and `kernel.threads-max`); 0 when unknown.
+    pub pids: i64,
 }
 
 /// The values of the three QoS parents; a value left `None` is not written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QosValues {
     /// `kubepods` (where Guaranteed pods live): shares from the allocatable cpu, the memory
-    /// limit at the allocatable memory.
+    /// limit at the allocatable memory, `pids.max` at the allocatable process IDs.
     pub kubepods: Resources,
     /// `kubepods/burstable`: the shares of its pods' summed cpu requests.
     pub burstable: Resources,
@@ -56,6 +59,7 @@ pub fn values(node: NodeAllocatable, burstable_cpu_milli: i64) -> QosValues {
             memory_limit: (node.memory > 0).then_some(Some(node.memory)),
             cpu_shares: (node.cpu_milli > 0).then(|| milli_cpu_to_shares(node.cpu_milli)),
             cpu_quota: None,
+            pids_limit: (node.pids > 0).then_some(Some(node.pids)),
         },
         burstable: Resources { cpu_shares: shares(burstable_cpu_milli.max(0)), ..Default::default() },
         besteffort: Resources { cpu_shares: Some(MIN_SHARES), ..Default::default() },
@@ -69,29 +73,47 @@ mod tests {
     const GIB: i64 = 1 << 30;
 
     fn parent(memory: Option<i64>, shares: Option<i64>) -> Resources {
-        Resources { memory_limit: memory.map(Some), cpu_shares: shares, cpu_quota: None }
+        Resources { memory_limit: memory.map(Some), cpu_shares: shares, ..Default::default() }
+    }
+
+    fn kubepods(memory: Option<i64>, shares: Option<i64>, pids: Option<i64>) -> Resources {
+        Resources { pids_limit: pids.map(Some), ..parent(memory, shares) }
     }
 
     #[test]
     fn qos_parents_as_the_kubelet_sets_them() {
-        let node = |cpu_milli, memory| NodeAllocatable { cpu_milli, memory };
-        // The guest's node: 2 CPUs, 2 GiB.
-        let (small, small_kubepods) = (node(2000, 2 * GIB), parent(Some(2 * GIB), Some(2048)));
+        let node = |cpu_milli, memory| NodeAllocatable { cpu_milli, memory, pids: 32_768 };
+        // The guest's node: 2 CPUs, 2 GiB, pid_max 32768.
+        let (small, small_kubepods) =
+            (node(2000, 2 * GIB), kubepods(Some(2 * GIB), Some(2048), Some(32_768)));
         // (what, node allocatable, Burstable pods' cpu requests, kubepods, burstable shares)
         let cases = [
             ("no Burstable pod", small, 0, small_kubepods, 2),
             ("one Burstable pod asking 100m", small, 100, small_kubepods, 102),
             ("Burstable pods asking 1.5 CPUs", small, 1500, small_kubepods, 1536),
             ("1m is below the kernel's floor", small, 1, small_kubepods, 2),
-            ("a 1-CPU node", node(1000, GIB), 250, parent(Some(GIB), Some(1024)), 256),
+            ("a 1-CPU node", node(1000, GIB), 250, kubepods(Some(GIB), Some(1024), Some(32_768)), 256),
             (
                 "a huge node: shares capped",
                 node(512_000, 1 << 40),
                 0,
-                parent(Some(1 << 40), Some(262_144)),
+                kubepods(Some(1 << 40), Some(262_144), Some(32_768)),
                 2,
             ),
-            ("memory unreadable: no limit written", node(2000, 0), 0, parent(None, Some(2048)), 2),
+            (
+                "memory unreadable: no limit written",
+                node(2000, 0),
+                0,
+                kubepods(None, Some(2048), Some(32_768)),
+                2,
+            ),
+            (
+                "pid limits unreadable: none written",
+                NodeAllocatable { pids: 0, ..small },
+                0,
+                parent(Some(2 * GIB), Some(2048)),
+                2,
+            ),
         ];
         for (what, node, burstable, kubepods, burstable_shares) in cases {
             let got = values(node, burstable);
@@ -103,7 +125,7 @@ mod tests {
 
     #[test]
     fn parents_top_down() {
-        let v = values(NodeAllocatable { cpu_milli: 1000, memory: GIB }, 0);
+        let v = values(NodeAllocatable { cpu_milli: 1000, memory: GIB, pids: 0 }, 0);
         let names: Vec<String> = v.by_parent().iter().map(|(n, _)| n.to_cgroupfs()).collect();
         assert_eq!(names, ["/kubepods", "/kubepods/burstable", "/kubepods/besteffort"]);
     }

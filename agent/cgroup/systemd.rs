@@ -70,14 +70,16 @@ pub fn slice_properties(unit: &str, parent: &str, v2: bool) -> Vec<Property> {
 }
 
 /// The unit properties of cgroup values (libcontainer's `genV2ResourcesProperties` and
-/// `genV1ResourcesProperties` for what the kubelet sets on a pod: memory, shares, quota).
+/// `genV1ResourcesProperties` for what the kubelet sets: memory, shares, quota, and the pids
+/// limit of `kubepods`).
 /// v2: `MemoryMax`, `CPUWeight` (from the shares as the kubelet converts them), v1:
 /// `MemoryLimit`, `CPUShares`; both: `CPUQuotaPeriodUSec` (systemd 242 and later) and
 /// `CPUQuotaPerSecUSec`, which systemd keeps in whole percents of a CPU, so the quota is
 /// rounded up to the next 10 ms a second (as libcontainer does, so that child cgroups can get
 /// the quota they ask for). Each value is given only when `values` has it; `None` for the
 /// memory limit or the quota means unlimited (`infinity`, u64::MAX). Returns the properties and
-/// the quota, rounded, to write to the cgroup's files as well.
+/// the quota, rounded, to write to the cgroup's files as well. The pids limit is `TasksMax`
+/// (`infinity` when unlimited).
 pub fn resource_properties(
     values: &Resources,
     v2: bool,
@@ -116,6 +118,10 @@ pub fn resource_properties(
         props.push(("CPUQuotaPerSecUSec", PropValue::U64(per_sec)));
         quota_out = Some(rounded);
     }
+    if let Some(pids) = values.pids_limit {
+        let tasks = pids.and_then(|p| u64::try_from(p).ok()).unwrap_or(u64::MAX);
+        props.push(("TasksMax", PropValue::U64(tasks)));
+    }
     (props, quota_out)
 }
 
@@ -127,6 +133,9 @@ pub struct Resources {
     pub cpu_shares: Option<i64>,
     /// `Some(None)`: unlimited.
     pub cpu_quota: Option<Option<i64>>,
+    /// `pids.max` (`TasksMax`); `Some(None)`: unlimited. Only the node allocatable cgroup
+    /// (`kubepods`) has one: the kubelet limits a pod's only with `podPidsLimit`, off by default.
+    pub pids_limit: Option<Option<i64>>,
 }
 
 impl From<&CgroupValues> for Resources {
@@ -135,6 +144,7 @@ impl From<&CgroupValues> for Resources {
             memory_limit: Some(v.memory_limit),
             cpu_shares: Some(v.cpu_shares),
             cpu_quota: Some(v.cpu_quota),
+            pids_limit: None,
         }
     }
 }
@@ -418,6 +428,7 @@ mod tests {
             memory_limit: Some(memory),
             cpu_shares: Some(shares),
             cpu_quota: Some(quota),
+            pids_limit: None,
         };
         let cases = [
             (
@@ -485,6 +496,22 @@ mod tests {
                 false,
                 None,
                 vec![("CPUShares", U64(512))],
+                None,
+            ),
+            (
+                "kubepods' pids limit",
+                Resources { pids_limit: Some(Some(32_768)), ..Default::default() },
+                true,
+                Some(252),
+                vec![("TasksMax", U64(32_768))],
+                None,
+            ),
+            (
+                "no pids limit: infinity",
+                Resources { pids_limit: Some(None), ..Default::default() },
+                false,
+                None,
+                vec![("TasksMax", U64(u64::MAX))],
                 None,
             ),
         ];

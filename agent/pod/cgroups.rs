@@ -183,7 +183,7 @@ mod tests {
         let root = tempfile::tempdir().expect("tempdir");
         let cgroups =
             Arc::new(Cgroups::with_hierarchy(CgroupDriver::Cgroupfs, Hierarchy::at(root.path(), false)));
-        let node = NodeAllocatable { cpu_milli: 2000, memory: 1 << 30 };
+        let node = NodeAllocatable { cpu_milli: 2000, memory: 1 << 30, pids: 4096 };
         cgroups.ensure_qos(&qos::values(node, 0)).await.expect("made");
         let shares = root.path().join("cpu/kubepods/burstable/cpu.shares");
         let ledger = Ledger::default();
