@@ -20,11 +20,14 @@ spec:
     command: [sh, -c, 'trap "exit 0" TERM; while true; do sleep 1; done']
 "#;
 
+/// `rel` in each cgroup tree the host mounts (a v1 controller, v2's `unified`, or the v2 root),
+/// whether or not `rel`'s parents exist yet (on a fresh machine no pod has made `kubepods`).
 fn cgroup_dirs(rel: &str) -> Vec<PathBuf> {
     ["memory", "cpu,cpuacct", "pids", "unified", ""]
         .iter()
-        .map(|h| Path::new("/sys/fs/cgroup").join(h).join(rel))
-        .filter(|p| p.parent().is_some_and(Path::is_dir) || p.is_dir())
+        .map(|h| Path::new("/sys/fs/cgroup").join(h))
+        .filter(|tree| tree.join("cgroup.procs").is_file())
+        .map(|tree| tree.join(rel))
         .collect()
 }
 
