@@ -68,8 +68,28 @@ async fn preflight(args: RunArgs) -> i32 {
 #[global_allocator]
 static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-#[tokio::main]
-async fn main() {
+/// How long an idle thread of tokio's blocking pool lives (tokio's default is 10 s). The agent's
+/// file work comes in bursts (a start, a removal, a rotation); 110 pods started at once left 28
+/// such threads, each holding its stack and allocator cache, resident for the default 10 s
+/// (36–43 MiB RSS against ~32 MiB once they had gone, BENCHMARKS.md). A thread costs tens of
+/// microseconds to start again, so keeping them longer saves nothing worth the memory.
+const BLOCKING_THREAD_KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(2);
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_keep_alive(BLOCKING_THREAD_KEEP_ALIVE)
+        .build();
+    match runtime {
+        Ok(rt) => rt.block_on(agent_main()),
+        Err(e) => {
+            eprintln!("crilet: cannot start the async runtime: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
+async fn agent_main() {
     {
         use tracing_subscriber::prelude::*;
         let filter = tracing_subscriber::EnvFilter::try_from_default_env()
