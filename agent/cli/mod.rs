@@ -10,6 +10,7 @@ mod describe_containers;
 mod describe_timeline;
 mod events;
 mod format;
+pub mod kubelet_config;
 pub(crate) mod logs;
 mod output;
 mod pods;
