@@ -53,6 +53,7 @@ async fn preflight(args: RunArgs) -> i32 {
                 kubeconfig: s.cluster.as_ref().map(|c| c.config.kubeconfig.clone()),
                 node_name: s.node_name,
                 config_file,
+                kubelet_config: s.kubelet_config,
                 cgroup_driver: s.cgroup_driver,
             })
             .await

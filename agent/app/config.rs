@@ -1,11 +1,13 @@
-//! `crilet run`'s settings: its flags, the same from `--config` (YAML), and what they resolve
-//! to (defaults, the node's name and IP, the cluster settings).
+//! `crilet run`'s settings: its flags, the same from `--config` (YAML: crilet's own keys, or the
+//! kubelet's `KubeletConfiguration`, translated by `crilet::cli::kubelet_config`), and what they
+//! resolve to (defaults, the node's name and IP, the cluster settings).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
+use crilet::cli::kubelet_config;
 use serde::Deserialize;
 
 /// `crilet run` settings; every flag can also come from `--config` (same names, YAML).
@@ -107,7 +109,9 @@ pub(crate) struct RunArgs {
     /// instead, as the kubelet does [default: cgroupfs]
     #[arg(long)]
     pub(crate) cgroup_driver: Option<String>,
-    /// A YAML file holding the same settings (flags win)
+    /// A YAML file holding the same settings (flags win), or the kubelet's KubeletConfiguration
+    /// (kubelet.config.k8s.io/v1beta1); `crilet preflight` lists what crilet takes from it and
+    /// what it ignores
     #[arg(long)]
     #[serde(skip)]
     pub(crate) config: Option<PathBuf>,
@@ -116,11 +120,10 @@ pub(crate) struct RunArgs {
 impl RunArgs {
     /// Flags over the config file over the defaults.
     pub(crate) fn resolve(mut self) -> anyhow::Result<Settings> {
+        let mut kubelet_config = None;
         if let Some(path) = self.config.clone() {
-            let text = std::fs::read_to_string(&path)
-                .with_context(|| format!("reading config {}", path.display()))?;
-            let file: RunArgs = serde_yaml_ng::from_str(&text)
-                .with_context(|| format!("parsing config {}", path.display()))?;
+            let (file, report) = read_config(&path)?;
+            kubelet_config = report;
             self.container_runtime_endpoint =
                 self.container_runtime_endpoint.or(file.container_runtime_endpoint);
             self.image_service_endpoint = self.image_service_endpoint.or(file.image_service_endpoint);
@@ -219,6 +222,7 @@ impl RunArgs {
             }
         };
         Ok(Settings {
+            kubelet_config,
             cluster,
             shutdown,
             cgroup_driver,
@@ -243,6 +247,21 @@ impl RunArgs {
             )?,
         })
     }
+}
+
+/// `--config`'s settings: crilet's own format, or a `KubeletConfiguration` translated into it,
+/// with the report of what crilet took from that file and what it ignores.
+fn read_config(path: &Path) -> anyhow::Result<(RunArgs, Option<kubelet_config::Report>)> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading config {}", path.display()))?;
+    let parsing = || format!("parsing config {}", path.display());
+    let doc: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text).with_context(parsing)?;
+    if !kubelet_config::is_kubelet_configuration(&doc) {
+        return Ok((serde_yaml_ng::from_str(&text).with_context(parsing)?, None));
+    }
+    let t = kubelet_config::translate(&path.display().to_string(), &doc)?;
+    let file = serde_yaml_ng::from_value(serde_yaml_ng::Value::Mapping(t.settings))
+        .with_context(|| format!("{}: a KubeletConfiguration value crilet cannot take", path.display()))?;
+    Ok((file, Some(t.report)))
 }
 
 /// A rate limit from its two flags (the kubelet's defaults, 50 and 100, where unset). A burst
@@ -297,6 +316,8 @@ pub(crate) struct ClusterSettings {
 }
 
 pub(crate) struct Settings {
+    /// What crilet took from and ignored in `--config`, when it is a `KubeletConfiguration`.
+    pub(crate) kubelet_config: Option<kubelet_config::Report>,
     pub(crate) cluster: Option<ClusterSettings>,
     /// Graceful node shutdown's period and its critical pods' part, when it is on.
     pub(crate) shutdown: Option<(Duration, Duration)>,
@@ -335,3 +356,7 @@ pub(crate) fn host_ip() -> Option<String> {
     }
     None
 }
+
+#[cfg(test)]
+#[path = "config_tests.rs"]
+mod tests;

@@ -87,12 +87,42 @@ async fn cgroup_driver(cri: &CriClient, flag: Option<CgroupDriver>) -> anyhow::R
     Ok(resolved.driver)
 }
 
+/// A `KubeletConfiguration` as `--config`: what crilet takes from it, and a warning per field it
+/// ignores, never silently. A field that would leave the node weaker than the file asks (see
+/// `crilet::cli::kubelet_config::Impact::Weaker`) stops the agent before it starts.
+fn log_kubelet_config(report: &crilet::cli::kubelet_config::Report) -> anyhow::Result<()> {
+    use crilet::cli::kubelet_config::Impact;
+    for t in &report.taken {
+        info!(field = %t.field, flag = t.flag, "KubeletConfiguration: taken");
+    }
+    for i in &report.ignored {
+        let security = match i.impact {
+            Impact::Behaviour => "no",
+            Impact::Stricter => "crilet is stricter",
+            Impact::Weaker => "the node would be weaker than asked",
+        };
+        warn!(field = %i.field, value = %i.value, security, why = i.why, "KubeletConfiguration: field ignored");
+    }
+    let weaker: Vec<&str> = report.weaker().map(|i| i.field.as_str()).collect();
+    if !weaker.is_empty() {
+        anyhow::bail!(
+            "--config asks for security crilet does not enforce ({}); remove or unset them to run a node \
+             that is only as strict as crilet is (`crilet preflight --config FILE` says why)",
+            weaker.join(", ")
+        );
+    }
+    Ok(())
+}
+
 /// The long-lived loops `run_agent` waits for when the agent stops (see [`crilet::tasks`]).
 const RELIST: &str = "relist";
 const CONTROL_API: &str = "control API";
 
 pub(crate) async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
     let s = args.resolve()?;
+    if let Some(report) = &s.kubelet_config {
+        log_kubelet_config(report)?;
+    }
     let cancel = CancellationToken::new();
     let service = crilet::systemd::Notifier::from_env();
     let registry = Registry::default();

@@ -32,6 +32,7 @@ const LOCAL_TIMEOUT: Duration = Duration::from_secs(5);
 const MAX_SOCKET_PATH: usize = 107;
 
 const CONFIG: &str = "config";
+const KUBELET_CONFIG: &str = "kubelet-config";
 const CRI_ENDPOINT: &str = "cri-endpoint";
 const RUNTIME_READY: &str = "runtime-ready";
 const NETWORK_READY: &str = "network-ready";
@@ -61,6 +62,9 @@ pub struct Config {
     pub node_name: String,
     /// The `--config` file the settings were read from, if any.
     pub config_file: Option<PathBuf>,
+    /// What crilet took from and ignored in `--config`, when that file is the kubelet's
+    /// `KubeletConfiguration`.
+    pub kubelet_config: Option<super::kubelet_config::Report>,
     /// Cluster mode: the `--kubeconfig`, if any.
     pub kubeconfig: Option<PathBuf>,
     /// `--cgroup-driver`, if given.
@@ -162,12 +166,42 @@ pub async fn run(cfg: &Config) -> Report {
     if let Some(path) = &cfg.config_file {
         checks.push(Check::pass(CONFIG, format!("{} read", path.display())));
     }
+    if let Some(report) = &cfg.kubelet_config {
+        checks.extend(kubelet_config_checks(report));
+    }
     checks.extend(runtime::checks(cfg).await);
     checks.extend(paths::checks(cfg).await);
     if let Some(kubeconfig) = &cfg.kubeconfig {
         checks.push(api_server_check(kubeconfig, &cfg.node_name).await);
     }
     Report { checks }
+}
+
+/// A `KubeletConfiguration` as `--config`: one PASS line naming what crilet takes from it (the
+/// kubelet's field and crilet's flag), then one line per field it ignores, with what the node
+/// does instead. A node operator reads what would change if crilet replaced the kubelet. An
+/// ignored field is a WARN, called out as security when it is; one that would leave the node
+/// weaker than the file asks is a FAIL, as `crilet run` refuses it (see `kubelet_config`).
+pub(crate) fn kubelet_config_checks(report: &super::kubelet_config::Report) -> Vec<Check> {
+    use super::kubelet_config::Impact;
+    let taken: Vec<String> = report.taken.iter().map(|t| format!("{} (--{})", t.field, t.flag)).collect();
+    let taken = if taken.is_empty() { "nothing".to_string() } else { taken.join(", ") };
+    let mut checks = vec![Check::pass(
+        KUBELET_CONFIG,
+        format!("KubeletConfiguration: takes {taken}; {} field(s) ignored", report.ignored.len()),
+    )];
+    for i in &report.ignored {
+        let line = |what: &str| format!("{}: {} {what}: {}", i.field, i.value, i.why);
+        checks.push(match i.impact {
+            Impact::Behaviour => Check::warn(KUBELET_CONFIG, line("ignored")),
+            Impact::Stricter => Check::warn(KUBELET_CONFIG, line("ignored (security: crilet is stricter)")),
+            Impact::Weaker => Check::fail(
+                KUBELET_CONFIG,
+                line("not enforced (security: the node would be weaker than asked; crilet run refuses it)"),
+            ),
+        });
+    }
+    checks
 }
 
 /// Cluster mode: the kubeconfig loads and the API server accepts its credentials. An API server

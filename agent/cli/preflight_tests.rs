@@ -747,3 +747,56 @@ fn stop_signal_verdicts() {
     let c = stop_signal_check(&other);
     assert_eq!((c.verdict, c.detail.contains("cannot tell")), (Verdict::Warn, true), "{}", c.detail);
 }
+
+#[test]
+fn kubelet_config_cases() {
+    use crate::cli::kubelet_config::{Ignored, Impact, Report, Taken};
+    let taken = |field: &str, flag| Taken { field: field.into(), flag };
+    let ignored = |field: &str, value: &str, impact, why| Ignored {
+        field: field.into(),
+        value: value.into(),
+        impact,
+        why,
+    };
+    let cases = [
+        (
+            "nothing set: one line, nothing ignored",
+            Report::default(),
+            vec![pass(KUBELET_CONFIG, "KubeletConfiguration: takes nothing; 0 field(s) ignored")],
+        ),
+        (
+            "taken fields with their flags, one line per ignored field by impact",
+            Report {
+                taken: vec![
+                    taken("staticPodPath", "pod-manifest-path"),
+                    taken("cgroupDriver", "cgroup-driver"),
+                ],
+                ignored: vec![
+                    ignored("clusterDNS", "[10.96.0.10]", Impact::Behaviour, "no cluster DNS"),
+                    ignored("authorization.mode", "AlwaysAllow", Impact::Stricter, "SubjectAccessReview"),
+                    ignored("seccompDefault", "true", Impact::Weaker, "unconfined"),
+                ],
+            },
+            vec![
+                pass(
+                    KUBELET_CONFIG,
+                    "KubeletConfiguration: takes staticPodPath (--pod-manifest-path), cgroupDriver (--cgroup-driver); \
+                     3 field(s) ignored",
+                ),
+                warn(KUBELET_CONFIG, "clusterDNS: [10.96.0.10] ignored: no cluster DNS"),
+                warn(
+                    KUBELET_CONFIG,
+                    "authorization.mode: AlwaysAllow ignored (security: crilet is stricter): SubjectAccessReview",
+                ),
+                fail(
+                    KUBELET_CONFIG,
+                    "seccompDefault: true not enforced (security: the node would be weaker than asked; crilet run \
+                     refuses it): unconfined",
+                ),
+            ],
+        ),
+    ];
+    for (name, report, want) in cases {
+        assert_eq!(kubelet_config_checks(&report), want, "{name}");
+    }
+}

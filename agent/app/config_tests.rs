@@ -1,0 +1,87 @@
+use std::time::Duration;
+
+use super::*;
+
+const KUBELET: &str = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+
+/// `RunArgs` with `--config` naming a file holding `yaml`, and a node name (no hostname read).
+fn args_with(dir: &tempfile::TempDir, yaml: &str) -> RunArgs {
+    let path = dir.path().join("config.yaml");
+    std::fs::write(&path, yaml).expect("write config");
+    RunArgs { config: Some(path), node_name: Some("node-a".into()), ..RunArgs::default() }
+}
+
+#[test]
+fn kubelet_configuration_settings() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let yaml = format!(
+        "{KUBELET}staticPodPath: /etc/kubernetes/manifests\ncontainerRuntimeEndpoint: unix:///run/k.sock\n\
+         cgroupDriver: systemd\nshutdownGracePeriod: 1m0s\nshutdownGracePeriodCriticalPods: 20s\n\
+         podLogsDir: /srv/pod-logs\ncontainerLogMaxFiles: 3\nhealthzPort: 10300\nrotateCertificates: true\n"
+    );
+    let s = args_with(&dir, &yaml).resolve().expect("resolves");
+    assert_eq!(s.manifest_dir, PathBuf::from("/etc/kubernetes/manifests"));
+    assert_eq!(s.runtime_endpoint, "unix:///run/k.sock");
+    assert_eq!(s.image_endpoint, "unix:///run/k.sock", "the image endpoint follows the runtime's");
+    assert_eq!(s.cgroup_driver, Some(crilet::cgroup::CgroupDriver::Systemd));
+    assert_eq!(s.shutdown, Some((Duration::from_secs(60), Duration::from_secs(20))));
+    assert_eq!(s.pod_logs_dir, PathBuf::from("/srv/pod-logs"));
+    assert_eq!(s.metrics_bind_address.as_deref(), Some("127.0.0.1:10300"));
+    let report = s.kubelet_config.expect("a KubeletConfiguration report");
+    assert_eq!(report.ignored.iter().map(|i| i.field.as_str()).collect::<Vec<_>>(), ["rotateCertificates"]);
+}
+
+#[test]
+fn flags_win_over_a_kubelet_configuration() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let yaml =
+        format!("{KUBELET}staticPodPath: /etc/kubernetes/manifests\ncgroupDriver: systemd\nhealthzPort: 0\n");
+    let mut args = args_with(&dir, &yaml);
+    args.pod_manifest_path = Some("/srv/manifests".into());
+    args.cgroup_driver = Some("cgroupfs".into());
+    let s = args.resolve().expect("resolves");
+    assert_eq!(s.manifest_dir, PathBuf::from("/srv/manifests"));
+    assert_eq!(s.cgroup_driver, Some(crilet::cgroup::CgroupDriver::Cgroupfs));
+    assert_eq!(s.metrics_bind_address, None, "healthzPort 0: no healthz endpoint");
+}
+
+#[test]
+fn config_file_errors() {
+    let cases = [
+        ("an unknown kubelet field is named", format!("{KUBELET}maxPod: 10\n"), "field maxPod is unknown"),
+        (
+            "another apiVersion is named",
+            "apiVersion: kubelet.config.k8s.io/v1\nkind: KubeletConfiguration\n".to_string(),
+            "apiVersion \"kubelet.config.k8s.io/v1\" is not supported",
+        ),
+        (
+            "a value crilet cannot take names the file",
+            format!("{KUBELET}maxPods: -1\n"),
+            "a KubeletConfiguration value crilet cannot take",
+        ),
+        (
+            "crilet's own format still refuses unknown keys",
+            "max-pod: 3\n".to_string(),
+            "unknown field `max-pod`",
+        ),
+    ];
+    for (name, yaml, want) in cases {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let err = match args_with(&dir, &yaml).resolve() {
+            Ok(_) => panic!("{name}: resolved"),
+            Err(e) => format!("{e:#}"),
+        };
+        assert!(err.contains(want), "{name}: {err}");
+        assert!(err.contains("config.yaml"), "{name}: the file is named: {err}");
+    }
+}
+
+#[test]
+fn crilets_own_format_still_reads() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s =
+        args_with(&dir, "pod-manifest-path: /srv/m\ncgroup-driver: systemd\n").resolve().expect("resolves");
+    assert_eq!(s.manifest_dir, PathBuf::from("/srv/m"));
+    assert!(s.kubelet_config.is_none());
+    assert_eq!(s.metrics_bind_address, None, "crilet's own format keeps crilet's defaults");
+}
