@@ -1,5 +1,7 @@
 //! `crilet preflight` against the real containerd that `hack/setup.sh` runs: a good node passes,
-//! a missing endpoint and a group/other-writable manifest directory fail with lines naming them.
+//! a missing endpoint and a group/other-writable manifest directory fail with lines naming them;
+//! kubeadm's `/var/lib/kubelet/config.yaml` as `--config` is read, with what crilet takes from it
+//! and what it ignores.
 
 mod common;
 
@@ -46,6 +48,11 @@ fn chmod(path: &Path, mode: u32) {
 
 /// Runs `crilet preflight` with `endpoint` and `node`'s directories: (exit code, stdout).
 fn preflight(endpoint: &str, node: &Node) -> (Option<i32>, String) {
+    preflight_with(endpoint, node, &[])
+}
+
+/// [`preflight`] with more flags.
+fn preflight_with(endpoint: &str, node: &Node, more: &[&str]) -> (Option<i32>, String) {
     let out = Command::new(common::bin())
         .args(["preflight", "--container-runtime-endpoint", endpoint])
         .arg("--pod-manifest-path")
@@ -58,6 +65,7 @@ fn preflight(endpoint: &str, node: &Node) -> (Option<i32>, String) {
         .arg(&node.containers)
         .arg("--control-socket")
         .arg(&node.socket)
+        .args(more)
         .output()
         .expect("run crilet preflight");
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -147,4 +155,45 @@ fn a_manifest_dir_writable_by_others_fails() {
     assert!(detail.starts_with(&node.manifests.display().to_string()), "{out}");
     assert!(detail.contains("writable by group or others"), "{out}");
     assert_eq!(check(&out, "cri-endpoint").0, "PASS", "only the directory fails: {out}");
+}
+
+/// kubeadm's kubelet config file: preflight says what crilet takes (under which flag) and lists
+/// each field it ignores. The runtime, the directories and the cgroup driver come from flags
+/// (flags win), so the rest of the node's checks run against this machine.
+#[test]
+fn a_kubeadm_kubelet_config_lists_what_is_taken_and_ignored() {
+    let env = Env::load();
+    let node = Node::good();
+    let kubeadm = concat!(env!("CARGO_MANIFEST_DIR"), "/agent/cli/kubelet_config/kubeadm-v1.36.yaml");
+    // The test machine's driver is cgroupfs (PID 1 is not systemd); kubeadm's file says systemd.
+    let (code, out) =
+        preflight_with(&env.endpoint(), &node, &["--config", kubeadm, "--cgroup-driver", "cgroupfs"]);
+
+    assert_eq!(check(&out, "config").0, "PASS", "{out}");
+    let (verdict, detail) = check(&out, "kubelet-config");
+    assert_eq!(verdict, "PASS", "{out}");
+    for taken in [
+        "staticPodPath (--pod-manifest-path)",
+        "cgroupDriver (--cgroup-driver)",
+        "containerRuntimeEndpoint (--container-runtime-endpoint)",
+        "authentication.x509.clientCAFile (--client-ca-file)",
+        "healthzPort (--metrics-bind-address)",
+    ] {
+        assert!(detail.contains(taken), "{taken} not in: {out}");
+    }
+    assert!(detail.ends_with("4 field(s) ignored"), "{out}");
+    let ignored: Vec<&str> =
+        out.lines().filter(|l| l.starts_with("WARN") && l.contains(" kubelet-config ")).collect();
+    for field in [
+        "clusterDNS: [10.96.0.10]",
+        "clusterDomain: cluster.local",
+        "resolvConf:",
+        "rotateCertificates: true",
+    ] {
+        assert!(ignored.iter().any(|l| l.contains(field)), "{field} not listed as ignored: {out}");
+    }
+    assert!(!out.lines().any(|l| l.starts_with("FAIL") && l.contains("kubelet-config")), "{out}");
+    // The manifest directory is the flag's, not kubeadm's /etc/kubernetes/manifests.
+    assert_eq!(check(&out, "manifest-dir").0, "PASS", "{out}");
+    assert_eq!(code, Some(0), "{out}");
 }

@@ -84,8 +84,33 @@ impl Agent {
 
     /// [`Agent::start`] with `env` (which may name another CRI endpoint than containerd's).
     async fn start_with_env(name: &str, env: Env, args: &[&str], vars: &[(&str, &str)]) -> Agent {
+        let mut a = Self::prepare(name, env, args, vars).await;
+        a.spawn();
+        a
+    }
+
+    /// An agent whose settings come from the kubelet's `KubeletConfiguration`, which `config`
+    /// writes from the agent's directories (`staticPodPath`, `podLogsDir`, the runtime's
+    /// endpoint). Only what that file has no field for (the root dir, the control socket, the
+    /// node's name) is given as flags, as a kubeadm node gives them. A later
+    /// [`Agent::spawn`] starts it with the usual flags instead.
+    pub async fn start_with_kubelet_config(name: &str, config: impl FnOnce(&Agent) -> String) -> Agent {
+        let mut a = Self::prepare(name, Env::load(), &[], &[]).await;
+        let file = a.dir.join("kubelet-config.yaml");
+        std::fs::write(&file, config(&a)).expect("write the KubeletConfiguration");
+        let mut cmd = std::process::Command::new(bin());
+        cmd.arg("run").arg("--config").arg(&file).arg("--root-dir").arg(&a.root);
+        cmd.arg("--control-socket").arg(&a.socket).arg("--container-logs-dir").arg(a.dir.join("containers"));
+        cmd.args(["--node-name", "crilet-test-node"]);
+        cmd.env("RUST_LOG", "info,crilet=debug,h2=warn,tower=warn,hyper=warn");
+        a.child = Some(testkit::spawn_logged(cmd, &a.log_file, false, false));
+        a
+    }
+
+    /// The agent's directories, fresh (pods of an earlier run removed); no process yet.
+    async fn prepare(name: &str, env: Env, args: &[&str], vars: &[(&str, &str)]) -> Agent {
         let dir = PathBuf::from("/var/lib/crilet-dev/tests").join(name);
-        let mut a = Agent {
+        let a = Agent {
             name: name.to_string(),
             manifests: dir.join("manifests"),
             root: dir.join("root"),
@@ -105,7 +130,6 @@ impl Agent {
             std::fs::create_dir_all(d).expect("mkdir");
             std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).expect("chmod");
         }
-        a.spawn();
         a
     }
 
