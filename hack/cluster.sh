@@ -7,12 +7,23 @@
 #                                        identities (hack/teardown.sh does that)
 #        hack/cluster.sh node NAME       write node NAME's identity (client cert + kubeconfig,
 #                                        kubelet-API serving cert) and print the paths
+#        hack/cluster.sh bootstrap-kubeconfig NAME
+#                                        write a bootstrap kubeconfig (server, CA, the cluster's
+#                                        bootstrap token) for node NAME to join by TLS bootstrap
 #        hack/cluster.sh build [kubelet] build the binaries and fetch etcd/kubectl only; with
 #                                        `kubelet` also the upstream kubelet (for benchmarks)
 #        hack/cluster.sh status          what runs and answers (exit 1 unless all of it)
 #   -v / CRILET_VERBOSE=1: show the build's output as it comes.
 #   CRILET_CLUSTER_PROFILING=1: the API server serves /debug/pprof (to profile what a node's
 #   requests cost it); `up` restarts it when this changes.
+#   CRILET_CLUSTER_SIGNING_DURATION (default 3m): how long the certificates the
+#   controller-manager signs for CSRs last (--cluster-signing-duration). Short, so that every
+#   node that bootstraps also rotates its client certificate within minutes (the rotation test
+#   relies on it). A CSR's expirationSeconds cannot shorten it enough: the signer raises any
+#   request under 10 minutes to 10 minutes. With 3m a certificate is valid from 5 minutes
+#   before signing (the signer backdates) to 3 minutes after; a node rotates at 70-90 % of
+#   those 8 minutes, 0.6 to 2.2 minutes after it got it. `up` restarts the controller-manager
+#   when this changes. Certificates `node` makes (openssl) are not affected.
 #
 # What `up` makes (as root; every step is skipped when already done):
 #   1. kube-apiserver, kube-controller-manager, kube-scheduler v1.36.3 built from the
@@ -32,7 +43,14 @@
 #      a pid file in /run/crilet-dev/cluster and a log $LOG_DIR/cluster-NAME.log; waits for
 #      their health endpoints and for the `default` ServiceAccount and the kube-root-ca.crt
 #      ConfigMap in namespace default;
-#   5. the env file /run/crilet-dev/cluster/env (CRILET_CLUSTER_KUBECONFIG, CRILET_CLUSTER_SERVER,
+#   5. TLS bootstrapping as kubeadm sets it up: a bootstrap token Secret (kube-system,
+#      bootstrap-token-<id>, extra group system:bootstrappers:kubeadm:default-node-token; the
+#      token is kept in $CLUSTER_DIR/bootstrap-token), the API server's
+#      --enable-bootstrap-token-auth, and kubeadm's ClusterRoleBindings: bootstrappers may
+#      create CSRs (system:node-bootstrapper) and have them auto-approved (...:nodeclient),
+#      nodes have their renewals auto-approved (...:selfnodeclient). The controller-manager's
+#      csrapproving and csrsigning controllers approve and sign them with the cluster CA;
+#   6. the env file /run/crilet-dev/cluster/env (CRILET_CLUSTER_KUBECONFIG, CRILET_CLUSTER_SERVER,
 #      CRILET_KUBECTL, CRILET_CLUSTER_CA, CRILET_CLUSTER_DIR, CRILET_CLUSTER_VERSION, ...).
 # A component that is not running (or runs with other flags than this script would give it, or
 # stopped answering) is (re)started; the others are left alone. Nothing listens or dials
@@ -51,11 +69,14 @@ SA_KEY="$PKI/sa.key"
 SA_PUB="$PKI/sa.pub"
 SERVICE_CIDR=10.0.0.0/24
 CLUSTER_NAME=crilet-dev
+CLUSTER_SIGNING_DURATION="${CRILET_CLUSTER_SIGNING_DURATION:-3m}"
+BOOTSTRAP_TOKEN_FILE="$CLUSTER_DIR/bootstrap-token"
+BOOTSTRAP_GROUP=system:bootstrappers:kubeadm:default-node-token
 KUBECTL_CACHE="$CLUSTER_DIR/kubectl-cache"
 # Seconds each component gets to answer its health endpoint after a start.
 START_DEADLINE=90
 
-usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2; exit "${1:-2}"; }
+usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//' >&2; exit "${1:-2}"; }
 
 # ------------------------------------------------------------------------------------------
 # etcd and kubectl from Debian sid
@@ -198,10 +219,10 @@ ensure_sa_keys() {
     PKI_CHANGED=1
 }
 
-# write_kubeconfig FILE USER CERT KEY — everything embedded (base64 data), no paths.
-write_kubeconfig() {
-    local file="$1" user="$2" crt="$3" key="$4" content
-    content="$(cat <<EOF
+# kubeconfig_text USER CREDENTIALS — a kubeconfig for this cluster (CA embedded) whose user
+# USER has CREDENTIALS (the `user:` lines, indented by four spaces).
+kubeconfig_text() {
+    cat <<EOF
 apiVersion: v1
 kind: Config
 clusters:
@@ -210,18 +231,23 @@ clusters:
     server: $CLUSTER_SERVER
     certificate-authority-data: $(base64 -w0 <"$CA_CRT")
 users:
-- name: $user
+- name: $1
   user:
-    client-certificate-data: $(base64 -w0 <"$crt")
-    client-key-data: $(base64 -w0 <"$key")
+$2
 contexts:
 - name: $CLUSTER_NAME
   context:
     cluster: $CLUSTER_NAME
-    user: $user
+    user: $1
 current-context: $CLUSTER_NAME
 EOF
-)"
+}
+
+# write_kubeconfig FILE USER CERT KEY — everything embedded (base64 data), no paths; mode 0600.
+write_kubeconfig() {
+    local file="$1" user="$2" crt="$3" key="$4" content
+    content="$(kubeconfig_text "$user" "    client-certificate-data: $(base64 -w0 <"$crt")
+    client-key-data: $(base64 -w0 <"$key")")"
     [ -f "$file" ] && [ "$(cat "$file")" = "$content" ] && return 0
     mkdir -p "$(dirname "$file")"
     (umask 077 && printf '%s\n' "$content" >"$file.tmp")
@@ -309,6 +335,7 @@ component_argv() {
                 --cert-dir "$CLUSTER_DIR/apiserver-certs"
                 --tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key"
                 --client-ca-file "$CA_CRT"
+                --enable-bootstrap-token-auth
                 --kubelet-client-certificate "$PKI/apiserver-kubelet-client.crt"
                 --kubelet-client-key "$PKI/apiserver-kubelet-client.key"
                 --kubelet-preferred-address-types InternalIP
@@ -331,6 +358,7 @@ component_argv() {
                 --service-account-private-key-file "$SA_KEY"
                 --root-ca-file "$CA_CRT"
                 --cluster-signing-cert-file "$CA_CRT" --cluster-signing-key-file "$CA_KEY"
+                --cluster-signing-duration "$CLUSTER_SIGNING_DURATION"
                 --use-service-account-credentials=false
                 --profiling=false) ;;
         kube-scheduler)
@@ -440,6 +468,67 @@ CRILET_CLUSTER_BIN_DIR=$K8S_BIN_DIR
 CRILET_CLUSTER_SERVICE_CIDR=$SERVICE_CIDR
 CRILET_CLUSTER_ETCD_ENDPOINT=http://127.0.0.1:$CLUSTER_ETCD_CLIENT_PORT
 CRILET_CLUSTER_AUDIT_LOG=$CLUSTER_AUDIT_LOG
+CRILET_CLUSTER_SIGNING_DURATION=$CLUSTER_SIGNING_DURATION
+EOF
+}
+
+# ensure_bootstrap_token — the cluster's bootstrap token (id.secret, kubeadm's format), made
+# once and kept in $BOOTSTRAP_TOKEN_FILE; its Secret and kubeadm's RBAC for bootstrappers
+# applied (idempotent: etcd may have been wiped since).
+ensure_bootstrap_token() {
+    local id secret
+    if ! grep -Eqx '[a-z0-9]{6}\.[a-z0-9]{16}' "$BOOTSTRAP_TOKEN_FILE" 2>/dev/null; then
+        mkdir -p "$CLUSTER_DIR"
+        id="$(tr -dc 'a-z0-9' </dev/urandom | head -c 6 || true)"
+        secret="$(tr -dc 'a-z0-9' </dev/urandom | head -c 16 || true)"
+        (umask 077 && echo "$id.$secret" >"$BOOTSTRAP_TOKEN_FILE")
+        log "created the bootstrap token $id (kept in $BOOTSTRAP_TOKEN_FILE)"
+    fi
+    id="$(cut -d. -f1 "$BOOTSTRAP_TOKEN_FILE")"
+    secret="$(cut -d. -f2 "$BOOTSTRAP_TOKEN_FILE")"
+    {
+        cat <<EOF
+
+apiVersion: v1
+kind: Secret
+metadata:
+  name: bootstrap-token-$id
+  namespace: kube-system
+type: bootstrap.kubernetes.io/token
+stringData:
+  description: "crilet-dev nodes join with this token (hack/cluster.sh bootstrap-kubeconfig)"
+  token-id: "$id"
+  token-secret: "$secret"
+  usage-bootstrap-authentication: "true"
+  usage-bootstrap-signing: "true"
+  auth-extra-groups: "$BOOTSTRAP_GROUP"
+EOF
+        # kubeadm's bindings: bootstrappers may ask for a client certificate and have it
+        # auto-approved; nodes have their renewals auto-approved.
+        group_binding kubeadm:kubelet-bootstrap system:node-bootstrapper "$BOOTSTRAP_GROUP"
+        group_binding kubeadm:node-autoapprove-bootstrap \
+            system:certificates.k8s.io:certificatesigningrequests:nodeclient "$BOOTSTRAP_GROUP"
+        group_binding kubeadm:node-autoapprove-certificate-rotation \
+            system:certificates.k8s.io:certificatesigningrequests:selfnodeclient system:nodes
+    } | kc apply -f - >/dev/null || die "could not apply the bootstrap token and its RBAC"
+}
+
+# group_binding NAME CLUSTERROLE GROUP — a ClusterRoleBinding document (after a `---`).
+group_binding() {
+    cat <<EOF
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: $1
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: $2
+subjects:
+- apiGroup: rbac.authorization.k8s.io
+  kind: Group
+  name: $3
 EOF
 }
 
@@ -488,6 +577,7 @@ cmd_up() {
         die "no default ServiceAccount after ${START_DEADLINE}s; see $(component_log kube-controller-manager)"
     wait_for "$START_DEADLINE" "ConfigMap kube-root-ca.crt in namespace default" kc -n default get configmap kube-root-ca.crt ||
         die "no kube-root-ca.crt ConfigMap after ${START_DEADLINE}s; see $(component_log kube-controller-manager)"
+    ensure_bootstrap_token
     write_cluster_env
     local pids=""
     for name in "${CLUSTER_COMPONENTS[@]}"; do pids+="${pids:+, }$name $(component_pid "$name")"; done
@@ -540,6 +630,28 @@ EOF
     cat "$dir/env"
 }
 
+# cmd_bootstrap_kubeconfig NAME — node NAME's bootstrap kubeconfig (the cluster's token, server
+# and CA), as `kubeadm join` writes /etc/kubernetes/bootstrap-kubelet.conf; prints its env.
+cmd_bootstrap_kubeconfig() {
+    local name="${1:-}" dir
+    [ -n "$name" ] || usage
+    [[ "$name" =~ ^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$ ]] || die "invalid node name '$name' (lowercase DNS-1123 subdomain)"
+    ensure_bootstrap_token
+    dir="$CLUSTER_NODES_DIR/$name"
+    mkdir -p "$dir"
+    (umask 077 && write_file "$dir/bootstrap-kubeconfig" <<<"$(kubeconfig_text tls-bootstrap-token-user \
+        "    token: $(cat "$BOOTSTRAP_TOKEN_FILE")")") || true
+    chmod 0600 "$dir/bootstrap-kubeconfig"
+    write_file "$dir/bootstrap-env" <<EOF || true
+CRILET_NODE_NAME=$name
+CRILET_NODE_BOOTSTRAP_KUBECONFIG=$dir/bootstrap-kubeconfig
+CRILET_CLUSTER_CA=$CA_CRT
+CRILET_CLUSTER_SERVER=$CLUSTER_SERVER
+CRILET_CLUSTER_SIGNING_DURATION=$CLUSTER_SIGNING_DURATION
+EOF
+    cat "$dir/bootstrap-env"
+}
+
 cmd_status() {
     local name pid bad=0 state
     for name in "${CLUSTER_COMPONENTS[@]}"; do
@@ -566,6 +678,7 @@ main() {
         up) [ $# -eq 0 ] || usage; lock; cmd_up ;;
         down) [ $# -le 1 ] || usage; lock; cmd_down "$@" ;;
         node) [ $# -eq 1 ] || usage; lock; cmd_node "$1" ;;
+        bootstrap-kubeconfig) [ $# -eq 1 ] || usage; lock; cmd_bootstrap_kubeconfig "$1" ;;
         build)
             [ $# -eq 0 ] || { [ $# -eq 1 ] && [ "$1" = kubelet ]; } || usage
             lock; cmd_build "$@" ;;
