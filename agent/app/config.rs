@@ -109,6 +109,20 @@ pub(crate) struct RunArgs {
     /// instead, as the kubelet does [default: cgroupfs]
     #[arg(long)]
     pub(crate) cgroup_driver: Option<String>,
+    /// TLS bootstrapping: a kubeconfig (a bootstrap token) to ask the cluster for the node's
+    /// client certificate with when --kubeconfig is missing or its certificate unusable; the
+    /// certificate goes to --cert-dir and --kubeconfig is written for it [default: none]
+    #[arg(long)]
+    pub(crate) bootstrap_kubeconfig: Option<PathBuf>,
+    /// Where the node's client certificates are kept (kubelet-client-current.pem)
+    /// [default: <root-dir>/pki]
+    #[arg(long)]
+    pub(crate) cert_dir: Option<PathBuf>,
+    /// Renew the client certificate by CSR before it expires, without a restart (the kubelet's
+    /// rotateCertificates) [default: true with --bootstrap-kubeconfig, as kubeadm sets it;
+    /// false otherwise, the kubelet's flag default]
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub(crate) rotate_certificates: Option<bool>,
     /// A YAML file holding the same settings (flags win), or the kubelet's KubeletConfiguration
     /// (kubelet.config.k8s.io/v1beta1); `crilet preflight` lists what crilet takes from it and
     /// what it ignores
@@ -155,6 +169,9 @@ impl RunArgs {
             self.shutdown_grace_period_critical_pods =
                 self.shutdown_grace_period_critical_pods.or(file.shutdown_grace_period_critical_pods);
             self.cgroup_driver = self.cgroup_driver.or(file.cgroup_driver);
+            self.bootstrap_kubeconfig = self.bootstrap_kubeconfig.or(file.bootstrap_kubeconfig);
+            self.cert_dir = self.cert_dir.or(file.cert_dir);
+            self.rotate_certificates = self.rotate_certificates.or(file.rotate_certificates);
         }
         let runtime = self
             .container_runtime_endpoint
@@ -213,6 +230,11 @@ impl RunArgs {
                             self.kube_api_burst,
                         )?,
                         event_limit: limit("--event-qps", self.event_qps, "--event-burst", self.event_burst)?,
+                        rotate_certificates: self.rotate_certificates.unwrap_or(
+                            self.bootstrap_kubeconfig.as_ref().is_some_and(|p| !p.as_os_str().is_empty()),
+                        ),
+                        bootstrap_kubeconfig: self.bootstrap_kubeconfig.filter(|p| !p.as_os_str().is_empty()),
+                        cert_dir: self.cert_dir.clone().unwrap_or_else(|| root_dir.join("pki")),
                     },
                     sync_frequency,
                     tls_cert_file: self.tls_cert_file,

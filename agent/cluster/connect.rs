@@ -53,14 +53,22 @@ pub async fn client(file: &Path) -> Result<kube::Client, KubeconfigError> {
     build(file, &config(file).await?, Limit::NONE)
 }
 
-/// Builds the node's clients from the kubeconfig file. Nothing is sent yet.
-pub async fn clients(file: &Path, api: Limit, events: Limit) -> Result<Clients, KubeconfigError> {
+/// Builds the node's clients from the kubeconfig file. Nothing is sent yet. With `slot`
+/// (client certificate rotation), every client presents the slot's certificate instead of the
+/// kubeconfig's (`client_cert`).
+pub async fn clients(
+    file: &Path,
+    api: Limit,
+    events: Limit,
+    slot: Option<&super::client_cert::ClientCertSlot>,
+) -> Result<Clients, KubeconfigError> {
     let config = config(file).await?;
-    Ok(Clients {
-        api: build(file, &config, api)?,
-        events: build(file, &config, events)?,
-        heartbeat: build(file, &config, Limit::NONE)?,
-    })
+    let one = |limit| match slot {
+        None => build(file, &config, limit),
+        Some(slot) => super::client_cert::client(&config, slot, limit)
+            .map_err(|reason| KubeconfigError { file: file.to_path_buf(), reason }),
+    };
+    Ok(Clients { api: one(api)?, events: one(events)?, heartbeat: one(Limit::NONE)? })
 }
 
 /// What asking the API server who we are found.

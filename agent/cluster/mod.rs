@@ -9,6 +9,9 @@
 //! cannot work at all (bad file, unknown user, refused credentials) stops the agent at start.
 
 pub mod admit;
+pub mod bootstrap;
+pub mod certificate;
+pub mod client_cert;
 pub mod connect;
 pub mod events;
 pub mod merge;
@@ -31,6 +34,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::cri::CriClient;
+use crate::error_chain;
 use crate::model::ManifestSet;
 use crate::model::PodKey;
 use crate::registry::Registry;
@@ -53,6 +57,12 @@ pub struct ClusterConfig {
     pub api_limit: throttle::Limit,
     /// `--event-qps`/`--event-burst`: the Events client's.
     pub event_limit: throttle::Limit,
+    /// `--bootstrap-kubeconfig`: TLS bootstrapping when `kubeconfig` has no usable certificate.
+    pub bootstrap_kubeconfig: Option<PathBuf>,
+    /// `--cert-dir`: where the client pairs live (`kubelet-client-current.pem`).
+    pub cert_dir: PathBuf,
+    /// `--rotate-certificates`: renew the client certificate before it expires.
+    pub rotate_certificates: bool,
 }
 
 /// The connection to the API server, shared by every cluster loop.
@@ -64,6 +74,8 @@ pub struct ClusterLink {
     /// For the Node's status and Lease, not rate-limited.
     pub heartbeat: kube::Client,
     pub node_name: String,
+    /// The client certificate every client presents, when it is rotated.
+    cert_slot: Option<client_cert::ClientCertSlot>,
     registry: Registry,
 }
 
@@ -116,12 +128,26 @@ pub use pods::ApiPods;
 /// Connects: a kubeconfig that cannot work is an error (the agent stops); an API server that
 /// does not answer yet is only logged (every loop retries).
 pub async fn connect(cfg: &ClusterConfig, registry: &Registry) -> anyhow::Result<Arc<ClusterLink>> {
-    let clients = connect::clients(&cfg.kubeconfig, cfg.api_limit, cfg.event_limit).await?;
+    if let Some(boot) = &cfg.bootstrap_kubeconfig {
+        // The kubelet waits here too: without a certificate the node cannot be a node.
+        bootstrap::ensure_client_certificate(&bootstrap::Bootstrap {
+            kubeconfig: cfg.kubeconfig.clone(),
+            bootstrap_kubeconfig: boot.clone(),
+            cert_dir: cfg.cert_dir.clone(),
+            node_name: cfg.node_name.clone(),
+        })
+        .await
+        .map_err(|e| anyhow::anyhow!("TLS bootstrap: {}", error_chain(&e)))?;
+    }
+    let cert_slot = if cfg.rotate_certificates { Some(initial_slot(cfg).await?) } else { None };
+    let clients =
+        connect::clients(&cfg.kubeconfig, cfg.api_limit, cfg.event_limit, cert_slot.as_ref()).await?;
     let link = Arc::new(ClusterLink {
         client: clients.api,
         events: clients.events,
         heartbeat: clients.heartbeat,
         node_name: cfg.node_name.clone(),
+        cert_slot,
         registry: registry.clone(),
     });
     let who = tokio::time::timeout(Duration::from_secs(15), connect::whoami(&link.client)).await;
@@ -141,6 +167,35 @@ pub async fn connect(cfg: &ClusterConfig, registry: &Registry) -> anyhow::Result
         Err(_) => link.api_failed("no answer within 15s"),
     }
     Ok(link)
+}
+
+/// The pair rotation starts from, as the kubelet's certificate manager: the cert dir's
+/// current pair if it is valid (a rotated one, newer than what the kubeconfig names), else the
+/// kubeconfig's own client certificate and key.
+async fn initial_slot(cfg: &ClusterConfig) -> anyhow::Result<client_cert::ClientCertSlot> {
+    let (kubeconfig, current) = (cfg.kubeconfig.clone(), certificate::current_path(&cfg.cert_dir));
+    let (parts, stored) = crate::blocking(move || {
+        Ok((certificate::read_kubeconfig(&kubeconfig), std::fs::read(&current).ok()))
+    })
+    .await?;
+    let now = std::time::SystemTime::now();
+    if let Some(pem) = stored.filter(|p| certificate::cert_info(p).is_some_and(|i| i.valid_at(now)))
+        && let Ok(slot) = client_cert::ClientCertSlot::new(&pem, &pem)
+    {
+        return Ok(slot);
+    }
+    match parts {
+        Some(certificate::KubeconfigParts { cert_pem: Some(cert), key_pem: Some(key), .. }) => {
+            client_cert::ClientCertSlot::new(&cert, &key).map_err(|reason| {
+                anyhow::anyhow!("kubeconfig {}: client certificate: {reason}", cfg.kubeconfig.display())
+            })
+        }
+        _ => anyhow::bail!(
+            "kubeconfig {}: --rotate-certificates needs a client certificate and key in it (or in --cert-dir {})",
+            cfg.kubeconfig.display(),
+            cfg.cert_dir.display()
+        ),
+    }
 }
 
 /// Starts the Node, Lease, pod watch, merge, status and deletion loops in `tasks`. Returns the
@@ -204,6 +259,17 @@ pub fn start(
         "node lease",
         node_sync::run_lease(link.clone(), cfg.node_name.clone(), uid_rx, cancel.clone()),
     );
+
+    if let Some(slot) = link.cert_slot.clone() {
+        let rotation = client_cert::Rotation {
+            slot,
+            client: link.heartbeat.clone(),
+            node_name: cfg.node_name.clone(),
+            cert_dir: cfg.cert_dir.clone(),
+            bootstrap_kubeconfig: cfg.bootstrap_kubeconfig.clone(),
+        };
+        tasks.spawn("client certificate rotation", client_cert::run(rotation, cancel.clone()));
+    }
 
     let (api_tx, api_rx) = watch::channel(ApiPods::default());
     tasks.spawn("pod watch", pods::watch_pods(link.clone(), api_tx, cancel.clone()));
