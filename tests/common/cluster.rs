@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -92,15 +92,25 @@ impl Cluster {
 
     /// Writes node `name`'s identity with `hack/cluster.sh node` and returns its env.
     pub fn node_identity(&self, name: &str) -> HashMap<String, String> {
+        self.cluster_sh("node", name, "env")
+    }
+
+    /// Writes node `name`'s bootstrap kubeconfig with `hack/cluster.sh bootstrap-kubeconfig`
+    /// and returns its env (`CRILET_NODE_BOOTSTRAP_KUBECONFIG`, ...).
+    pub fn bootstrap_identity(&self, name: &str) -> HashMap<String, String> {
+        self.cluster_sh("bootstrap-kubeconfig", name, "bootstrap-env")
+    }
+
+    /// `hack/cluster.sh COMMAND NAME`, then the env file it wrote in the node's directory.
+    fn cluster_sh(&self, command: &str, name: &str, env_file: &str) -> HashMap<String, String> {
         let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("hack/cluster.sh");
-        let out =
-            Command::new("bash").arg(script).args(["node", name]).output().expect("hack/cluster.sh node");
+        let out = Command::new("bash").arg(script).args([command, name]).output().expect("hack/cluster.sh");
         assert!(
             out.status.success(),
-            "hack/cluster.sh node {name}: {}",
+            "hack/cluster.sh {command} {name}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        read_env(&format!("{}/{name}/env", self.get("CRILET_CLUSTER_NODES_DIR"))).vars
+        read_env(&format!("{}/{name}/{env_file}", self.get("CRILET_CLUSTER_NODES_DIR"))).vars
     }
 }
 
@@ -118,6 +128,68 @@ impl Node {
     /// Joins a fresh crilet node `crilet-<test>` (kubelet API on `port`), with a namespace of the
     /// same name; an earlier run's Node and namespace are deleted first.
     pub async fn start(test: &str, port: u16, extra: &[&str]) -> Node {
+        let (cluster, name, namespace) = Self::fresh(test).await;
+        let identity = cluster.node_identity(&name);
+        let credentials = [
+            "--kubeconfig",
+            &identity["CRILET_NODE_KUBECONFIG"],
+            "--tls-cert-file",
+            &identity["CRILET_NODE_TLS_CERT"],
+            "--tls-private-key-file",
+            &identity["CRILET_NODE_TLS_KEY"],
+            "--client-ca-file",
+            &identity["CRILET_CLUSTER_CA"],
+        ]
+        .map(String::from);
+        Self::join(test, port, extra, (cluster, name, namespace), &credentials, identity).await
+    }
+
+    /// Joins a fresh node `crilet-<test>` as a real node joins: with only a bootstrap
+    /// kubeconfig (`hack/cluster.sh bootstrap-kubeconfig`), `--kubeconfig` at `kubeconfig`
+    /// (not there yet) and the default `--cert-dir` (`<root-dir>/pki`). No kubelet API (its
+    /// serving certificate is not this node's to make here).
+    pub async fn start_bootstrapped(test: &str, port: u16, kubeconfig: &Path, extra: &[&str]) -> Node {
+        let (cluster, name, namespace) = Self::fresh(test).await;
+        let identity = cluster.bootstrap_identity(&name);
+        let credentials = [
+            "--bootstrap-kubeconfig".to_string(),
+            identity["CRILET_NODE_BOOTSTRAP_KUBECONFIG"].clone(),
+            "--kubeconfig".to_string(),
+            kubeconfig.display().to_string(),
+        ];
+        Self::join(test, port, extra, (cluster, name, namespace), &credentials, identity).await
+    }
+
+    /// Starts the agent of node `name` with its `credentials` flags, on 127.0.0.1 and `port`.
+    async fn join(
+        test: &str,
+        port: u16,
+        extra: &[&str],
+        (cluster, name, namespace): (Cluster, String, String),
+        credentials: &[String],
+        identity: HashMap<String, String>,
+    ) -> Node {
+        let port_s = port.to_string();
+        let labels = format!("crilet.io/test={name}");
+        let mut args: Vec<&str> = credentials.iter().map(String::as_str).collect();
+        args.extend([
+            "--node-ip",
+            "127.0.0.1",
+            "--port",
+            &port_s,
+            "--node-labels",
+            &labels,
+            "--node-name",
+            &name,
+        ]);
+        args.extend_from_slice(extra);
+        let agent = Agent::start_with_args(test, &args, &[]).await;
+        Node { agent, cluster, name, namespace, port, identity }
+    }
+
+    /// The cluster, node name `crilet-<test>` and a new namespace for a test's node, with what
+    /// an earlier run of it left removed.
+    async fn fresh(test: &str) -> (Cluster, String, String) {
         let cluster = Cluster::load();
         let name = format!("crilet-{}", test.replace('_', "-"));
         // What an earlier run left: its containers (no agent will stop them), its pods (force:
@@ -135,30 +207,7 @@ impl Node {
         let _ = cluster.kubectl(&["delete", "node", &name, "--wait=true"]);
         let namespace = format!("{name}-{:04x}", fastrand::u16(..));
         cluster.kubectl_ok(&["create", "namespace", &namespace]);
-        let identity = cluster.node_identity(&name);
-        let port_s = port.to_string();
-        let labels = format!("crilet.io/test={name}");
-        let mut args: Vec<&str> = vec![
-            "--kubeconfig",
-            &identity["CRILET_NODE_KUBECONFIG"],
-            "--node-ip",
-            "127.0.0.1",
-            "--port",
-            &port_s,
-            "--tls-cert-file",
-            &identity["CRILET_NODE_TLS_CERT"],
-            "--tls-private-key-file",
-            &identity["CRILET_NODE_TLS_KEY"],
-            "--client-ca-file",
-            &identity["CRILET_CLUSTER_CA"],
-            "--node-labels",
-            &labels,
-            "--node-name",
-            &name,
-        ];
-        args.extend_from_slice(extra);
-        let agent = Agent::start_with_args(test, &args, &[]).await;
-        Node { agent, cluster, name, namespace, port, identity }
+        (cluster, name, namespace)
     }
 
     /// Waits until the Node is Ready in the API and the node lifecycle controller has lifted

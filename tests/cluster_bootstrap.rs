@@ -1,0 +1,243 @@
+//! TLS bootstrapping and client certificate rotation against the real control plane of
+//! `hack/cluster.sh`: a node that starts with only a bootstrap token gets its client
+//! certificate by a CertificateSigningRequest that the controller-manager approves and signs
+//! (nothing signed by the test), and renews it under a running pod without a restart. The test
+//! cluster signs for `CRILET_CLUSTER_SIGNING_DURATION` (3m), so a rotation comes 0.6 to 2.2
+//! minutes after each certificate.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::cluster::{Node, api_condition};
+use common::wait_for;
+use serde_json::Value;
+
+/// Subject CN, subject O, issuer CN, serial (hex) of the first certificate in a PEM file.
+fn cert_of(path: &Path) -> (String, Vec<String>, String, String) {
+    let pem = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let (_, pem) = x509_parser::pem::parse_x509_pem(&pem).expect("a PEM certificate");
+    let cert = pem.parse_x509().expect("an X.509 certificate");
+    let cn = |n: &x509_parser::x509::X509Name| {
+        n.iter_common_name().next().and_then(|c| c.as_str().ok()).unwrap_or_default().to_string()
+    };
+    let orgs =
+        cert.subject().iter_organization().filter_map(|o| o.as_str().ok()).map(str::to_string).collect();
+    (cn(cert.subject()), orgs, cn(cert.issuer()), cert.raw_serial_as_string())
+}
+
+/// The CSR whose issued certificate is the one in `pem_file`.
+fn csr_of(node: &Node, pem_file: &Path) -> Value {
+    let pem = String::from_utf8(std::fs::read(pem_file).expect("the pair")).expect("PEM text");
+    let cert_end =
+        pem.find("-----END CERTIFICATE-----").expect("a certificate") + "-----END CERTIFICATE-----".len();
+    let cert = pem[..cert_end].trim().to_string();
+    let list = node.cluster.get_json(&["csr"]).expect("kubectl get csr");
+    list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| {
+            use base64::Engine;
+            c["status"]["certificate"]
+                .as_str()
+                .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
+                .is_some_and(|issued| String::from_utf8_lossy(&issued).trim().starts_with(&cert))
+        })
+        .cloned()
+        .unwrap_or_else(|| panic!("no CSR issued the certificate in {}", pem_file.display()))
+}
+
+/// The CSR's Approved condition: (reason, message).
+fn approval(csr: &Value) -> (String, String) {
+    let c = csr["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "Approved" && c["status"] == "True"))
+        .unwrap_or_else(|| panic!("CSR not approved: {csr}"));
+    (c["reason"].as_str().unwrap_or("").into(), c["message"].as_str().unwrap_or("").into())
+}
+
+/// The agent's whole log (`Agent::log` is its tail, which the runtime's debug lines about other
+/// agents' pods can fill).
+fn full_log(node: &Node) -> String {
+    std::fs::read_to_string(&node.agent.log_file).unwrap_or_default()
+}
+
+fn node_ready(node: &Node) -> Option<bool> {
+    let n = node.cluster.get_json(&["node", &node.name])?;
+    Some(n["status"]["conditions"].as_array()?.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+}
+
+fn lease_renewed(node: &Node) -> Option<String> {
+    let l = node.cluster.get_json(&["lease", "-n", "kube-node-lease", &node.name])?;
+    l["spec"]["renewTime"].as_str().map(str::to_string)
+}
+
+#[tokio::test]
+async fn node_with_only_a_bootstrap_token_goes_ready_with_a_cluster_signed_certificate() {
+    let started = Instant::now();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = dir.path().join("kubelet.conf");
+    let node = Node::start_bootstrapped("tls_bootstrap", 10290, &kubeconfig, &[]).await;
+    node.wait_ready().await;
+    println!("bootstrapped node Ready after {:?}", started.elapsed());
+
+    // The kubelet's layout under the default --cert-dir (<root-dir>/pki).
+    let pki = node.agent.root.join("pki");
+    let current = pki.join("kubelet-client-current.pem");
+    let target = std::fs::read_link(&current).expect("kubelet-client-current.pem is a symlink");
+    let file = target.file_name().unwrap().to_string_lossy().to_string();
+    assert!(
+        file.starts_with("kubelet-client-20")
+            && file.ends_with(".pem")
+            && file.len() == "kubelet-client-2026-12-07-04-30-37.pem".len(),
+        "{file}"
+    );
+    assert_eq!(std::fs::metadata(&target).unwrap().permissions().mode() & 0o777, 0o600, "{file}");
+    let text = std::fs::read_to_string(&current).unwrap();
+    assert!(
+        text.contains("BEGIN CERTIFICATE") && text.contains("BEGIN PRIVATE KEY"),
+        "cert and key in one file"
+    );
+    assert!(
+        !pki.join("kubelet-client.key.tmp").exists(),
+        "the pending key is gone once the certificate came"
+    );
+
+    // Signed by the cluster's CA for this node's identity.
+    let (cn, orgs, issuer, _) = cert_of(&current);
+    assert_eq!(cn, format!("system:node:{}", node.name));
+    assert_eq!(orgs, ["system:nodes"]);
+    assert_eq!(issuer, "crilet-dev-ca");
+
+    // --kubeconfig written as the kubelet writes it: the bootstrap's server and CA, the pair by
+    // its current symlink.
+    assert_eq!(std::fs::metadata(&kubeconfig).unwrap().permissions().mode() & 0o777, 0o600);
+    let kc: serde_yaml_ng::Value =
+        serde_yaml_ng::from_str(&std::fs::read_to_string(&kubeconfig).unwrap()).unwrap();
+    let user = &kc["users"][0]["user"];
+    assert_eq!(user["client-certificate"].as_str(), Some(current.to_str().unwrap()));
+    assert_eq!(user["client-key"].as_str(), Some(current.to_str().unwrap()));
+    assert_eq!(
+        kc["clusters"][0]["cluster"]["server"].as_str(),
+        Some(node.cluster.get("CRILET_CLUSTER_SERVER").as_str())
+    );
+
+    // The CSR: the kubelet's name, signer and usages, asked as the bootstrap token, approved by
+    // the controller-manager's csrapproving (not by this test).
+    let bootstrap_csr = csr_of(&node, &target);
+    let name = bootstrap_csr["metadata"]["name"].as_str().unwrap_or("");
+    assert!(name.starts_with("node-csr-"), "{name}");
+    assert_eq!(bootstrap_csr["spec"]["signerName"], "kubernetes.io/kube-apiserver-client-kubelet");
+    assert_eq!(bootstrap_csr["spec"]["usages"], serde_json::json!(["digital signature", "client auth"]));
+    let requester = bootstrap_csr["spec"]["username"].as_str().unwrap_or("");
+    assert!(requester.starts_with("system:bootstrap:"), "{requester}");
+    let (reason, message) = approval(&bootstrap_csr);
+    assert_eq!(reason, "AutoApproved", "{message}");
+
+    // The node acts as itself: the Node's Lease is renewed with the new identity.
+    let first = lease_renewed(&node).expect("the Lease");
+    wait_for("the Lease to be renewed", Duration::from_secs(25), || async {
+        lease_renewed(&node).filter(|t| *t != first)
+    })
+    .await;
+    assert!(full_log(&node).contains("client certificate issued and stored"), "{}", node.agent.log());
+}
+
+const PAUSE: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: steady
+spec:
+  nodeName: ${NODE}
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: app
+    image: ${CRILET_IMAGE_BUSYBOX}
+    command: ["sh", "-c", "while true; do sleep 1; done"]
+"#;
+
+#[tokio::test]
+async fn client_certificate_rotates_under_a_running_node() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = dir.path().join("kubelet.conf");
+    let node = Node::start_bootstrapped("tls_rotation", 10291, &kubeconfig, &[]).await;
+    node.wait_ready().await;
+    let current = node.agent.root.join("pki").join("kubelet-client-current.pem");
+    let first_pair = std::fs::read_link(&current).expect("the first pair");
+    let (_, _, _, first_serial) = cert_of(&current);
+    let render = |yaml: &str| node.agent.env.render(yaml).replace("${NODE}", &node.name);
+    node.apply(&render(PAUSE));
+    let running = node
+        .wait_pod("steady", "Running", Duration::from_secs(90), |p| {
+            p["status"]["phase"] == "Running" && api_condition(p, "Ready") == Some("True")
+        })
+        .await;
+    let container =
+        running["status"]["containerStatuses"][0]["containerID"].as_str().unwrap_or("").to_string();
+    assert!(!container.is_empty(), "{running}");
+
+    // Until the pair changes (the deadline is 0.6–2.2 min after the first certificate), the
+    // Node must stay Ready and its Lease keep being renewed: sample both every 2 s.
+    let t0 = Instant::now();
+    let mut last_lease = lease_renewed(&node).expect("the Lease");
+    let mut last_change = Instant::now();
+    let mut longest_gap = Duration::ZERO;
+    let mut rotated_at = None;
+    while t0.elapsed() < Duration::from_secs(210) {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(
+            node_ready(&node),
+            Some(true),
+            "the Node left Ready at {:?}\n{}",
+            t0.elapsed(),
+            node.agent.log()
+        );
+        if let Some(l) = lease_renewed(&node).filter(|l| *l != last_lease) {
+            longest_gap = longest_gap.max(last_change.elapsed());
+            last_lease = l;
+            last_change = Instant::now();
+        }
+        let pair = std::fs::read_link(&current).ok();
+        if rotated_at.is_none() && pair.as_ref().is_some_and(|p| *p != first_pair) {
+            rotated_at = Some(t0.elapsed());
+        }
+        // Watch the Lease for 40 s past the rotation (the new connections at work).
+        if rotated_at.is_some_and(|at| t0.elapsed() > at + Duration::from_secs(40)) {
+            break;
+        }
+    }
+    let rotated_at = rotated_at.unwrap_or_else(|| panic!("no rotation within 210 s\n{}", node.agent.log()));
+    longest_gap = longest_gap.max(last_change.elapsed());
+    println!("rotated {rotated_at:?} after the pod ran; longest gap between Lease renewals {longest_gap:?}");
+    assert!(longest_gap < Duration::from_secs(25), "the Lease went {longest_gap:?} without renewal");
+
+    // A new key and certificate, for the same identity, from the same CA, asked by the node
+    // itself and approved by the controller-manager (selfnodeclient).
+    let (cn, orgs, issuer, serial) = cert_of(&current);
+    assert_ne!(serial, first_serial);
+    assert_eq!(
+        (cn.as_str(), orgs, issuer.as_str()),
+        (format!("system:node:{}", node.name).as_str(), vec!["system:nodes".to_string()], "crilet-dev-ca")
+    );
+    assert!(first_pair.exists(), "the old pair is kept, as the kubelet keeps it");
+    let csr = csr_of(&node, &std::fs::read_link(&current).unwrap());
+    assert!(csr["metadata"]["name"].as_str().unwrap_or("").starts_with("csr-"), "{csr}");
+    assert_eq!(csr["spec"]["username"], format!("system:node:{}", node.name));
+    assert_eq!(approval(&csr).0, "AutoApproved");
+    assert!(full_log(&node).contains("client certificate rotated"), "{}", node.agent.log());
+
+    // Nothing restarted: the same container, no restarts, the agent the same process.
+    let p = node.api_pod("steady").expect("the pod");
+    assert_eq!(p["status"]["containerStatuses"][0]["containerID"].as_str(), Some(container.as_str()));
+    assert_eq!(p["status"]["containerStatuses"][0]["restartCount"], 0);
+    // The pod watch came back on a new connection: a pod made after the swap runs.
+    node.apply(&render(PAUSE).replace("name: steady", "name: after"));
+    node.wait_pod("after", "Running after the rotation", Duration::from_secs(60), |p| {
+        p["status"]["phase"] == "Running"
+    })
+    .await;
+}
