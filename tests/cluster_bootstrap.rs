@@ -80,7 +80,7 @@ async fn node_with_only_a_bootstrap_token_goes_ready_with_a_cluster_signed_certi
     let started = Instant::now();
     let dir = tempfile::tempdir().expect("tempdir");
     let kubeconfig = dir.path().join("kubelet.conf");
-    let node = Node::start_bootstrapped("tls_bootstrap", 10290, &kubeconfig, &[]).await;
+    let mut node = Node::start_bootstrapped("tls_bootstrap", 10290, &kubeconfig, &[]).await;
     node.wait_ready().await;
     println!("bootstrapped node Ready after {:?}", started.elapsed());
 
@@ -144,6 +144,16 @@ async fn node_with_only_a_bootstrap_token_goes_ready_with_a_cluster_signed_certi
     })
     .await;
     assert!(full_log(&node).contains("client certificate issued and stored"), "{}", node.agent.log());
+
+    // Restarted, the agent finds its kubeconfig's certificate valid: no second CSR, the same pair.
+    node.agent.stop();
+    node.agent.spawn();
+    wait_for("the restarted agent to use its kubeconfig as it is", Duration::from_secs(30), || async {
+        full_log(&node).contains("the kubeconfig's client certificate is valid; no bootstrap").then_some(())
+    })
+    .await;
+    node.wait_ready().await;
+    assert_eq!(std::fs::read_link(&current).unwrap(), target, "no new pair after a restart");
 }
 
 const PAUSE: &str = r#"
