@@ -391,12 +391,9 @@ fn rule(field: &str, value: &Value) -> Rule {
         ),
         "preloadedImagesVerificationAllowlist" => Rule::Ignore(Behaviour, NOT_IMPLEMENTED),
 
-        // Certificates (issue 35's first parts).
-        "rotateCertificates" => Rule::Same(
-            &["false"],
-            Behaviour,
-            "client certificate rotation is not implemented: the kubeconfig's certificate is used until it expires",
-        ),
+        // Certificates: client certificate rotation is crilet's (`cluster::client_cert`); the
+        // serving certificate by CSR is not yet.
+        "rotateCertificates" => Rule::Take("rotate-certificates"),
         "serverTLSBootstrap" => Rule::Same(
             &["false"],
             Behaviour,

@@ -81,13 +81,13 @@ fn translate_cases() {
              authorization:\n  mode: Webhook\n  webhook:\n    cacheAuthorizedTTL: 5m\n    cacheUnauthorizedTTL: 30s\n\
              enableServer: true\ncgroupsPerQOS: true\nenforceNodeAllocatable: [pods]\nfailSwapOn: false\n\
              nodeStatusUpdateFrequency: 10s\nnodeLeaseDurationSeconds: 40\nresolvConf: /etc/resolv.conf\n\
-             rotateCertificates: false\nseccompDefault: false\nfileCheckFrequency: 20s\n",
+             seccompDefault: false\nfileCheckFrequency: 20s\n",
             vec![],
             vec![],
         ),
         (
             "fields crilet does not implement are ignored with their value",
-            "evictionHard:\n  memory.available: 200Mi\n  nodefs.available: 10%\nrotateCertificates: true\n\
+            "evictionHard:\n  memory.available: 200Mi\n  nodefs.available: 10%\n\
              serverTLSBootstrap: true\nclusterDNS: [10.96.0.10]\nclusterDomain: cluster.local\n\
              imageGCHighThresholdPercent: 90\nfailSwapOn: true\ncgroupsPerQOS: false\n\
              enforceNodeAllocatable: [pods, kube-reserved]\nstaticPodURL: http://example.com/pods\n\
@@ -95,7 +95,6 @@ fn translate_cases() {
             vec![],
             vec![
                 ig("evictionHard", "{memory.available: 200Mi, nodefs.available: 10%}", Behaviour),
-                ig("rotateCertificates", "true", Behaviour),
                 ig("serverTLSBootstrap", "true", Behaviour),
                 ig("clusterDNS", "[10.96.0.10]", Behaviour),
                 ig("clusterDomain", "cluster.local", Behaviour),
@@ -216,6 +215,7 @@ fn kubeadm_config() {
             ("containerRuntimeEndpoint", "container-runtime-endpoint"),
             ("healthzBindAddress", "metrics-bind-address"),
             ("healthzPort", "metrics-bind-address"),
+            ("rotateCertificates", "rotate-certificates"),
             ("staticPodPath", "pod-manifest-path"),
         ]
     );
@@ -225,12 +225,12 @@ fn kubeadm_config() {
             ig("clusterDNS", "[10.96.0.10]", Impact::Behaviour),
             ig("clusterDomain", "cluster.local", Impact::Behaviour),
             ig("resolvConf", "/run/systemd/resolve/resolv.conf", Impact::Behaviour),
-            ig("rotateCertificates", "true", Impact::Behaviour),
         ]
     );
     assert_eq!(t.report.weaker().count(), 0, "kubeadm's defaults ask for nothing crilet cannot give");
     assert_eq!(t.settings.get("metrics-bind-address").and_then(Value::as_str), Some("127.0.0.1:10248"));
     assert_eq!(t.settings.get("cgroup-driver").and_then(Value::as_str), Some("systemd"));
+    assert_eq!(t.settings.get("rotate-certificates").and_then(Value::as_bool), Some(true));
 }
 
 #[test]

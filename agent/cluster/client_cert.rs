@@ -242,7 +242,12 @@ pub fn client(config: &kube::Config, slot: &ClientCertSlot, limit: Limit) -> Res
         .https_or_http()
         .enable_http1()
         .wrap_connector(http);
-    let connector = ClosingConnector { inner: https, slot: slot.clone() };
+    // kube's own stack bounds every read and write (a watch's is the kubeconfig's read timeout,
+    // 300 s): the same here, or a connection the API server stopped answering hangs its caller.
+    let mut timed = hyper_timeout::TimeoutConnector::new(https);
+    timed.set_read_timeout(config.read_timeout);
+    timed.set_write_timeout(config.write_timeout);
+    let connector = ClosingConnector { inner: timed, slot: slot.clone() };
     let hyper_client: hyper_util::client::legacy::Client<_, kube::client::Body> =
         hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build(connector);
     let auth = config.auth_layer().map_err(|e| format!("credentials: {e}"))?;
