@@ -240,8 +240,9 @@ run_test() {
     crilet="$target/debug/crilet"
     [ -x "$crilet" ] || die "test: no $crilet (cargo build first)"
     mkdir -p "$GUEST_SHARE/tests"
-    cp -f "$bin" "$GUEST_SHARE/tests/"
-    cp -f "$crilet" "$GUEST_SHARE/tests/crilet"
+    # -p: the copies keep their mtime, which tells the guest whether its own copy is current.
+    cp -fp "$bin" "$GUEST_SHARE/tests/"
+    cp -fp "$crilet" "$GUEST_SHARE/tests/crilet"
     cat >"$GUEST_SHARE/tests/env" <<EOF
 CRILET_RUNTIME=2.1
 CRILET_RUNTIME_VERSION=$(gssh 'containerd --version | cut -d" " -f3')
@@ -258,11 +259,22 @@ EOF
     # TCG runs the guest several times slower than the host: the tests' waits stretch by this.
     passed+=("CRILET_TEST_TIME_SCALE=${CRILET_TEST_TIME_SCALE:-5}")
     for v in $(compgen -v CRILET_CHAOS_ || true); do passed+=("$v=${!v}"); done
+    # The binaries run from the guest's own disk: the share is 9p without a page cache, so every
+    # exec of the 200 MB debug binary from it reads it over 9p again (2-6 s a start under TCG,
+    # 0.3 s from disk), and a test starts the agent, and its CLI for every pod listing, many times.
+    # Copied once per build (size and mtime as the stamp).
+    local local_dir=/var/tmp/crilet-test test_bin
+    test_bin="$(basename "$bin")"
     gssh "systemctl stop crilet 2>/dev/null; rm -f /etc/crilet/manifests/*; \
         if ! grep -q 'SystemdCgroup = $systemd' /etc/containerd/config.toml; then \
             sed -i 's/SystemdCgroup = [a-z]*/SystemdCgroup = $systemd/' /etc/containerd/config.toml && systemctl restart containerd; fi; \
-        mkdir -p '$(dirname "$crilet")' && ln -sf /mnt/host/tests/crilet '$crilet' && \
-        cd /tmp && env CRILET_ENV_FILE=/mnt/host/tests/env ${passed[*]} /mnt/host/tests/$(basename "$bin") $(printf '%q ' "$@")"
+        mkdir -p $local_dir && for f in crilet $test_bin; do \
+            stamp=\$(stat -c %s.%Y /mnt/host/tests/\$f); \
+            [ \"\$stamp\" = \"\$(cat $local_dir/\$f.stamp 2>/dev/null)\" ] || \
+                { cp /mnt/host/tests/\$f $local_dir/\$f.tmp && mv -f $local_dir/\$f.tmp $local_dir/\$f && echo \$stamp >$local_dir/\$f.stamp; } || exit 1; \
+        done && \
+        mkdir -p '$(dirname "$crilet")' && ln -sf $local_dir/crilet '$crilet' && \
+        cd /tmp && env CRILET_ENV_FILE=/mnt/host/tests/env ${passed[*]} $local_dir/$test_bin $(printf '%q ' "$@")"
 }
 
 down() {
