@@ -17,7 +17,8 @@ fn kubelet_configuration_settings() {
     let yaml = format!(
         "{KUBELET}staticPodPath: /etc/kubernetes/manifests\ncontainerRuntimeEndpoint: unix:///run/k.sock\n\
          cgroupDriver: systemd\nshutdownGracePeriod: 1m0s\nshutdownGracePeriodCriticalPods: 20s\n\
-         podLogsDir: /srv/pod-logs\ncontainerLogMaxFiles: 3\nhealthzPort: 10300\nrotateCertificates: true\n"
+         podLogsDir: /srv/pod-logs\ncontainerLogMaxFiles: 3\nhealthzPort: 10300\nrotateCertificates: true\n\
+         clusterDomain: cluster.local\n"
     );
     let s = args_with(&dir, &yaml).resolve().expect("resolves");
     assert_eq!(s.manifest_dir, PathBuf::from("/etc/kubernetes/manifests"));
@@ -28,7 +29,8 @@ fn kubelet_configuration_settings() {
     assert_eq!(s.pod_logs_dir, PathBuf::from("/srv/pod-logs"));
     assert_eq!(s.metrics_bind_address.as_deref(), Some("127.0.0.1:10300"));
     let report = s.kubelet_config.expect("a KubeletConfiguration report");
-    assert_eq!(report.ignored.iter().map(|i| i.field.as_str()).collect::<Vec<_>>(), ["rotateCertificates"]);
+    assert!(report.taken.iter().any(|t| t.field == "rotateCertificates" && t.flag == "rotate-certificates"));
+    assert_eq!(report.ignored.iter().map(|i| i.field.as_str()).collect::<Vec<_>>(), ["clusterDomain"]);
 }
 
 #[test]
