@@ -22,9 +22,20 @@ pub struct CheckpointError {
 /// Replaces `path` with `bytes`, durably (see the module doc). Blocks on the disk: async code
 /// calls [`write_async`].
 pub fn write(path: &Path, bytes: &[u8]) -> Result<(), CheckpointError> {
+    replace(path, bytes, None)
+}
+
+/// [`write`] for a file only its owner may read (a private key, a kubeconfig): the new content
+/// is made with mode 0600 before it holds a byte.
+pub fn write_private(path: &Path, bytes: &[u8]) -> Result<(), CheckpointError> {
+    replace(path, bytes, Some(0o600))
+}
+
+/// [`write`] with the temp file made with `mode` (`None`: the process's default).
+fn replace(path: &Path, bytes: &[u8], mode: Option<u32>) -> Result<(), CheckpointError> {
     let fail = |op| move |source| CheckpointError { op, path: path.to_path_buf(), source };
     let tmp = temp_path(path).ok_or_else(|| fail("name")(io::ErrorKind::InvalidInput.into()))?;
-    let written = write_synced(&tmp, bytes)
+    let written = write_synced(&tmp, bytes, mode)
         .map_err(fail("write"))
         .and_then(|()| std::fs::rename(&tmp, path).map_err(fail("rename into place")));
     if written.is_err() {
@@ -74,8 +85,16 @@ fn temp_path(path: &Path) -> Option<PathBuf> {
     Some(path.with_file_name(name))
 }
 
-fn write_synced(tmp: &Path, bytes: &[u8]) -> io::Result<()> {
-    let mut f = OpenOptions::new().write(true).create(true).truncate(true).open(tmp)?;
+fn write_synced(tmp: &Path, bytes: &[u8], mode: Option<u32>) -> io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut opts = OpenOptions::new();
+    opts.write(true).create(true).truncate(true);
+    if let Some(mode) = mode {
+        // A temp file left by a crash keeps its own mode when reopened: made anew.
+        let _ = std::fs::remove_file(tmp);
+        opts.mode(mode);
+    }
+    let mut f = opts.open(tmp)?;
     f.write_all(bytes)?;
     f.sync_all()
 }
@@ -91,6 +110,25 @@ mod tests {
             .collect();
         v.sort();
         v
+    }
+
+    /// A private file is 0600 from its first byte, also over a world-readable one, and a
+    /// temp file a crash left with another mode does not pass its mode on.
+    #[test]
+    fn private_files_are_owner_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("kubeconfig");
+        let mode = |p: &Path| std::fs::metadata(p).expect("stat").permissions().mode() & 0o777;
+        write(&path, b"old").expect("plain write");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        let stale = dir.path().join("kubeconfig.tmp");
+        std::fs::write(&stale, b"left by a crash").expect("stale temp");
+        std::fs::set_permissions(&stale, std::fs::Permissions::from_mode(0o666)).expect("chmod");
+        write_private(&path, b"new").expect("private write");
+        assert_eq!(std::fs::read(&path).expect("read"), b"new");
+        assert_eq!(mode(&path), 0o600);
+        assert_eq!(names(dir.path()), ["kubeconfig"], "no temp file left");
     }
 
     #[test]

@@ -226,8 +226,15 @@ pub async fn ensure_client_certificate(b: &Bootstrap) -> Result<(), CsrError> {
     let req = certificate::request(&b.node_name, key_pem.as_deref())?;
     if key_pem.is_none() {
         let (dir, kp, pem) = (b.cert_dir.clone(), key_path.clone(), req.key_pem.clone());
-        crate::blocking(move || write_private(&dir, &kp, pem.as_bytes())).await.map_err(|source| {
-            CsrError::File { what: "writing the pending key", path: key_path.clone(), source }
+        crate::blocking(move || {
+            std::fs::create_dir_all(&dir)?;
+            crate::checkpoint::write_private(&kp, pem.as_bytes()).map_err(|e| e.source)
+        })
+        .await
+        .map_err(|source| CsrError::File {
+            what: "writing the pending key",
+            path: key_path.clone(),
+            source,
         })?;
     }
     let cert =
@@ -266,10 +273,10 @@ async fn write_kubeconfig(b: &Bootstrap, boot: &certificate::KubeconfigParts) ->
     let path = b.kubeconfig.clone();
     let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
     crate::blocking(move || {
-        let tmp = path.with_extension("tmp");
-        let _ = std::fs::remove_file(&tmp);
-        write_private(&dir, &tmp, text.as_bytes())?;
-        std::fs::rename(&tmp, &path)
+        if !dir.as_os_str().is_empty() {
+            std::fs::create_dir_all(&dir)?;
+        }
+        crate::checkpoint::write_private(&path, text.as_bytes()).map_err(|e| e.source)
     })
     .await
     .map_err(|source| CsrError::File {
@@ -279,16 +286,4 @@ async fn write_kubeconfig(b: &Bootstrap, boot: &certificate::KubeconfigParts) ->
     })?;
     info!(kubeconfig = %b.kubeconfig.display(), "kubeconfig written for the node's client certificate");
     Ok(())
-}
-
-/// A new file only its owner may read (keys), in `dir` made if missing.
-fn write_private(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    if !dir.as_os_str().is_empty() {
-        std::fs::create_dir_all(dir)?;
-    }
-    let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
-    f.write_all(bytes)?;
-    f.sync_all()
 }
