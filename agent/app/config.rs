@@ -36,9 +36,14 @@ pub(crate) struct RunArgs {
     /// The agent's control socket [default: /run/crilet/crilet.sock]
     #[arg(long)]
     pub(crate) control_socket: Option<PathBuf>,
-    /// Node name [default: the hostname]
+    /// Node name [default: --hostname-override, else the hostname]
     #[arg(long)]
     pub(crate) node_name: Option<String>,
+    /// The kubelet's flag (kubeadm writes it when the node's name is not its hostname): the
+    /// node's name and its hostname (label kubernetes.io/hostname, Hostname address) [default:
+    /// the hostname]
+    #[arg(long)]
+    pub(crate) hostname_override: Option<String>,
     /// Rotate a container's log file once it reaches this size (a quantity) [default: 10Mi]
     #[arg(long)]
     pub(crate) container_log_max_size: Option<String>,
@@ -147,6 +152,7 @@ impl RunArgs {
             self.container_logs_dir = self.container_logs_dir.or(file.container_logs_dir);
             self.control_socket = self.control_socket.or(file.control_socket);
             self.node_name = self.node_name.or(file.node_name);
+            self.hostname_override = self.hostname_override.or(file.hostname_override);
             self.metrics_bind_address = self.metrics_bind_address.or(file.metrics_bind_address);
             self.container_log_max_size = self.container_log_max_size.or(file.container_log_max_size);
             self.container_log_max_files = self.container_log_max_files.or(file.container_log_max_files);
@@ -176,10 +182,12 @@ impl RunArgs {
         let runtime = self
             .container_runtime_endpoint
             .unwrap_or_else(|| "unix:///run/containerd/containerd.sock".into());
-        let node_name = match self.node_name {
-            Some(n) => n,
+        // The kubelet lower-cases an override as it does the hostname.
+        let hostname = match self.hostname_override.filter(|h| !h.is_empty()) {
+            Some(h) => h.to_lowercase(),
             None => crilet::node::default_node_name().context("reading the hostname for --node-name")?,
         };
+        let node_name = self.node_name.unwrap_or_else(|| hostname.clone());
         let root_dir: PathBuf = self.root_dir.clone().unwrap_or_else(|| "/var/lib/crilet".into());
         let node_ip = match self.node_ip.filter(|ip| !ip.is_empty()) {
             Some(ip) => {
@@ -216,6 +224,7 @@ impl RunArgs {
                     config: crilet::cluster::ClusterConfig {
                         kubeconfig,
                         node_name: node_name.clone(),
+                        hostname,
                         node_ip,
                         node_labels: crilet::cluster::parse_labels(
                             self.node_labels.as_deref().unwrap_or(""),

@@ -31,6 +31,7 @@ const LEASE_RENEW: Duration = Duration::from_secs(10);
 /// Reads what the Node reports about this machine.
 pub fn read_facts(
     name: &str,
+    hostname: &str,
     node_ip: &str,
     labels: std::collections::BTreeMap<String, String>,
     max_pods: u32,
@@ -47,10 +48,9 @@ pub fn read_facts(
         .find_map(|l| l.strip_prefix("PRETTY_NAME="))
         .map(|v| v.trim_matches('"').to_string())
         .unwrap_or_else(|| "Linux".into());
-    let hostname = crate::node::default_node_name().unwrap_or_else(|_| name.to_string());
     NodeFacts {
         name: name.to_string(),
-        hostname,
+        hostname: hostname.to_string(),
         node_ip: node_ip.to_string(),
         labels,
         cpus: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
