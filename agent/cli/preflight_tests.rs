@@ -772,7 +772,7 @@ fn kubelet_config_cases() {
                     taken("cgroupDriver", "cgroup-driver"),
                 ],
                 ignored: vec![
-                    ignored("clusterDNS", "[10.96.0.10]", Impact::Behaviour, "no cluster DNS"),
+                    ignored("evictionHard", "{memory.available: 200Mi}", Impact::Behaviour, "no eviction"),
                     ignored("authorization.mode", "AlwaysAllow", Impact::Stricter, "SubjectAccessReview"),
                     ignored("seccompDefault", "true", Impact::Weaker, "unconfined"),
                 ],
@@ -783,7 +783,7 @@ fn kubelet_config_cases() {
                     "KubeletConfiguration: takes staticPodPath (--pod-manifest-path), cgroupDriver (--cgroup-driver); \
                      3 field(s) ignored",
                 ),
-                warn(KUBELET_CONFIG, "clusterDNS: [10.96.0.10] ignored: no cluster DNS"),
+                warn(KUBELET_CONFIG, "evictionHard: {memory.available: 200Mi} ignored: no eviction"),
                 warn(
                     KUBELET_CONFIG,
                     "authorization.mode: AlwaysAllow ignored (security: crilet is stricter): SubjectAccessReview",
