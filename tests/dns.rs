@@ -47,6 +47,17 @@ async fn resolv_conf(a: &Agent, name: &str) -> Vec<String> {
     .await
 }
 
+/// An agent `name` whose `--resolv-conf` is a file holding [`HOST_RESOLV`] (kept in the returned
+/// directory), with more flags `args`.
+async fn agent_with_host_resolver(name: &str, args: &[&str]) -> (Agent, tempfile::TempDir) {
+    let host = tempfile::tempdir().expect("tempdir");
+    let resolv = host.path().join("resolv.conf");
+    std::fs::write(&resolv, HOST_RESOLV).expect("write the host resolver");
+    let resolv = resolv.display().to_string();
+    let args: Vec<&str> = args.iter().copied().chain(["--resolv-conf", &resolv]).collect();
+    (Agent::start_with_args(name, &args, &[]).await, host)
+}
+
 fn sorted(lines: &[&str]) -> Vec<String> {
     let mut v: Vec<String> = lines.iter().map(|s| s.to_string()).collect();
     v.sort();
@@ -55,14 +66,9 @@ fn sorted(lines: &[&str]) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn pods_get_the_kubelets_resolver() {
-    let host = tempfile::tempdir().expect("tempdir");
-    let resolv = host.path().join("resolv.conf");
-    std::fs::write(&resolv, HOST_RESOLV).expect("write the host resolver");
-    let resolv = resolv.display().to_string();
-    let mut a = Agent::start_with_args(
+    let (mut a, _host) = agent_with_host_resolver(
         "dns",
-        &["--cluster-dns", "10.96.0.10", "--cluster-domain", "cluster.local", "--resolv-conf", &resolv],
-        &[],
+        &["--cluster-dns", "10.96.0.10", "--cluster-domain", "cluster.local"],
     )
     .await;
     a.write_manifest("cluster.yaml", &pod("dns-cluster", ""));
@@ -134,11 +140,7 @@ async fn pods_get_the_kubelets_resolver() {
 /// Without `--cluster-dns`, a ClusterFirst pod falls back to the host's resolver, and says so.
 #[tokio::test(flavor = "multi_thread")]
 async fn cluster_first_without_cluster_dns_falls_back_to_default() {
-    let host = tempfile::tempdir().expect("tempdir");
-    let resolv = host.path().join("resolv.conf");
-    std::fs::write(&resolv, HOST_RESOLV).expect("write the host resolver");
-    let resolv = resolv.display().to_string();
-    let mut a = Agent::start_with_args("dns-missing", &["--resolv-conf", &resolv], &[]).await;
+    let (mut a, _host) = agent_with_host_resolver("dns-missing", &[]).await;
     a.write_manifest("pod.yaml", &pod("dns-fallback", ""));
     let mut got = resolv_conf(&a, "dns-fallback").await;
     got.sort();
