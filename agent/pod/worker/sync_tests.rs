@@ -62,7 +62,8 @@ async fn node(fake: FakeRuntime, pod: DesiredPod) -> Node {
         container_logs_dir: None,
         node_name: "node1".into(),
         host_ip: None,
-        dns: crate::dns::DnsSettings::default(),
+        // No host resolver file: the syncs read nothing of the machine's.
+        dns: crate::dns::DnsSettings { resolv_conf: None, ..Default::default() },
         cgroup_driver: crate::cgroup::CgroupDriver::Cgroupfs,
     };
     let fake = Arc::new(fake);
