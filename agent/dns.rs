@@ -138,13 +138,18 @@ pub struct PodDns {
 
 /// The pod's DNS config, formed from the host file on the blocking pool (see [`read_host`]).
 pub async fn pod_dns(settings: &DnsSettings, pod: &Pod, namespace: &str) -> Result<PodDns, DnsError> {
-    let s = settings.clone();
-    let host = tokio::task::spawn_blocking(move || read_host(&s)).await.unwrap_or_else(|e| {
-        Err(DnsError::Read {
-            path: settings.resolv_conf.as_deref().map_or_else(String::new, |p| p.display().to_string()),
-            source: std::io::Error::other(format!("blocking file work did not finish: {e}")),
-        })
-    })?;
+    let host = match &settings.resolv_conf {
+        None => HostDns::default(),
+        Some(path) => {
+            let s = settings.clone();
+            tokio::task::spawn_blocking(move || read_host(&s)).await.unwrap_or_else(|e| {
+                Err(DnsError::Read {
+                    path: path.display().to_string(),
+                    source: std::io::Error::other(format!("blocking file work did not finish: {e}")),
+                })
+            })?
+        }
+    };
     Ok(form(settings, &host, pod, namespace))
 }
 
