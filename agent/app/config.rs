@@ -128,6 +128,20 @@ pub(crate) struct RunArgs {
     /// false otherwise, the kubelet's flag default]
     #[arg(long, num_args = 0..=1, default_missing_value = "true")]
     pub(crate) rotate_certificates: Option<bool>,
+    /// DNS server IPs of the cluster, comma-separated or repeated: pods with dnsPolicy
+    /// ClusterFirst resolve through them (without any, ClusterFirst falls back to Default, with
+    /// a MissingClusterDNS event) [default: none]
+    #[arg(long, value_delimiter = ',')]
+    pub(crate) cluster_dns: Option<Vec<String>>,
+    /// The cluster's domain: ClusterFirst pods search <namespace>.svc.<domain>, svc.<domain> and
+    /// <domain> before the host's search domains [default: none]
+    #[arg(long)]
+    pub(crate) cluster_domain: Option<String>,
+    /// The resolver file pods' DNS is based on (dnsPolicy Default, and the host's search
+    /// domains); "" for none: Default pods resolve through the node (127.0.0.1)
+    /// [default: /etc/resolv.conf]
+    #[arg(long)]
+    pub(crate) resolv_conf: Option<String>,
     /// A YAML file holding the same settings (flags win), or the kubelet's KubeletConfiguration
     /// (kubelet.config.k8s.io/v1beta1); `crilet preflight` lists what crilet takes from it and
     /// what it ignores
@@ -178,6 +192,9 @@ impl RunArgs {
             self.bootstrap_kubeconfig = self.bootstrap_kubeconfig.or(file.bootstrap_kubeconfig);
             self.cert_dir = self.cert_dir.or(file.cert_dir);
             self.rotate_certificates = self.rotate_certificates.or(file.rotate_certificates);
+            self.cluster_dns = self.cluster_dns.or(file.cluster_dns);
+            self.cluster_domain = self.cluster_domain.or(file.cluster_domain);
+            self.resolv_conf = self.resolv_conf.or(file.resolv_conf);
         }
         let runtime = self
             .container_runtime_endpoint
@@ -197,6 +214,7 @@ impl RunArgs {
             }
             None => None,
         };
+        let dns = dns_settings(self.cluster_dns, self.cluster_domain, self.resolv_conf)?;
         let cgroup_driver = match self.cgroup_driver.as_deref().filter(|d| !d.is_empty()) {
             Some(d) => Some(
                 d.parse::<crilet::cgroup::CgroupDriver>()
@@ -253,6 +271,7 @@ impl RunArgs {
             }
         };
         Ok(Settings {
+            dns,
             kubelet_config,
             cluster,
             shutdown,
@@ -293,6 +312,30 @@ fn read_config(path: &Path) -> anyhow::Result<(RunArgs, Option<kubelet_config::R
     let file = serde_yaml_ng::from_value(serde_yaml_ng::Value::Mapping(t.settings))
         .with_context(|| format!("{}: a KubeletConfiguration value crilet cannot take", path.display()))?;
     Ok((file, Some(t.report)))
+}
+
+/// `--cluster-dns`, `--cluster-domain` and `--resolv-conf` (the node's IPs are added once
+/// known). An address that is not an IP is refused (the kubelet logs and skips it; a node with
+/// less cluster DNS than its operator gave would be silently wrong).
+pub(crate) fn dns_settings(
+    cluster_dns: Option<Vec<String>>,
+    cluster_domain: Option<String>,
+    resolv_conf: Option<String>,
+) -> anyhow::Result<crilet::dns::DnsSettings> {
+    let mut servers = Vec::new();
+    for ip in cluster_dns.unwrap_or_default().iter().map(|ip| ip.trim()).filter(|ip| !ip.is_empty()) {
+        servers.push(ip.parse().with_context(|| format!("--cluster-dns {ip:?} is not an IP address"))?);
+    }
+    Ok(crilet::dns::DnsSettings {
+        cluster_dns: servers,
+        cluster_domain: cluster_domain.unwrap_or_default(),
+        resolv_conf: match resolv_conf {
+            Some(p) if p.is_empty() => None,
+            Some(p) => Some(p.into()),
+            None => Some("/etc/resolv.conf".into()),
+        },
+        node_ips: Vec::new(),
+    })
 }
 
 /// A rate limit from its two flags (the kubelet's defaults, 50 and 100, where unset). A burst
@@ -347,6 +390,8 @@ pub(crate) struct ClusterSettings {
 }
 
 pub(crate) struct Settings {
+    /// The pods' DNS settings (`--cluster-dns`, `--cluster-domain`, `--resolv-conf`).
+    pub(crate) dns: crilet::dns::DnsSettings,
     /// What crilet took from and ignored in `--config`, when it is a `KubeletConfiguration`.
     pub(crate) kubelet_config: Option<kubelet_config::Report>,
     pub(crate) cluster: Option<ClusterSettings>,
