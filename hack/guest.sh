@@ -213,6 +213,13 @@ up() {
     fi
     gssh 'systemctl is-active --quiet containerd || systemctl start containerd'
     gssh 'for f in /mnt/host/images/*.tar; do ctr -n k8s.io images import --local "$f" >/dev/null || exit 1; done'
+    # The host's API server at the guest's 127.0.0.1:PORT too, not only at $GUEST_HOST_LOOPBACK,
+    # through a node-local proxy (as kubespray's nginx-proxy gives each worker): the address in
+    # the cluster-info that nodes joining with kubeadm read (hack/cluster.sh kubeadm) is the
+    # host's own, https://127.0.0.1:PORT.
+    gssh "printf '[Socket]\\nListenStream=127.0.0.1:$CLUSTER_APISERVER_PORT\\n' >/run/systemd/system/apiserver-proxy.socket &&
+        printf '[Service]\\nExecStart=/lib/systemd/systemd-socket-proxyd $GUEST_HOST_LOOPBACK:$CLUSTER_APISERVER_PORT\\n' >/run/systemd/system/apiserver-proxy.service &&
+        systemctl daemon-reload && systemctl start apiserver-proxy.socket"
     # What tests/guest.rs needs to reach it.
     cat >"$GUEST_RUN/env" <<EOF
 CRILET_GUEST_SSH_PORT=$GUEST_SSH_PORT

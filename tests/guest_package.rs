@@ -8,9 +8,7 @@
 
 mod common;
 
-use std::process::Command;
-
-use common::guest::{BIN, Guest, SLOW, instances};
+use common::guest::{Guest, SLOW, instances};
 
 const POD: &str = r#"
 apiVersion: v1
@@ -27,23 +25,6 @@ spec:
       periodSeconds: 2
 "#;
 
-/// Builds the package at `version` into the guest's share; its path inside the guest.
-fn package(g: &Guest, stripped: &std::path::Path, version: &str) -> String {
-    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let out = Command::new("bash")
-        .arg(repo.join("hack/deb.sh"))
-        .args(["--out"])
-        .arg(g.share().join("deb"))
-        .args(["--version", version, "--compression", "none"])
-        .env("CRILET_BIN", stripped)
-        .output()
-        .expect("run hack/deb.sh");
-    assert!(out.status.success(), "hack/deb.sh failed:\n{}", String::from_utf8_lossy(&out.stderr));
-    let path = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    let name = std::path::Path::new(&path).file_name().expect("a .deb").to_string_lossy().to_string();
-    format!("/mnt/host/deb/{name}")
-}
-
 fn apt(g: &Guest, args: &str) -> String {
     g.ok(&format!("DEBIAN_FRONTEND=noninteractive apt-get {args} 2>&1"))
 }
@@ -58,15 +39,11 @@ fn runs(g: &Guest, id: &str) -> bool {
 #[ignore = "needs hack/guest.sh up (hack/test.sh's guest leg)"]
 fn the_package_installs_upgrades_removes_and_purges_without_touching_pods() {
     let g = Guest::fresh();
-    let stripped = g.share().join("crilet-stripped");
-    let status = Command::new("strip").arg("-o").arg(&stripped).arg(BIN).status();
-    assert!(status.is_ok_and(|s| s.success()), "strip {BIN}");
     let version = env!("CARGO_PKG_VERSION").replace('-', "~");
-    let first = package(&g, &stripped, &format!("{version}+guest1"));
-    let second = package(&g, &stripped, &format!("{version}+guest2"));
+    let first = g.package(&format!("{version}+guest1"));
+    let second = g.package(&format!("{version}+guest2"));
 
-    // A node without hack/install.sh's copy (its unit in /etc would shadow the package's).
-    g.ok("systemctl disable --now crilet; rm -f /etc/systemd/system/crilet.service /usr/local/bin/crilet /etc/crilet/config.yaml; systemctl daemon-reload");
+    g.uninstall_dev_copy();
 
     // A fresh install: enabled, not started; the config a conffile.
     apt(&g, &format!("install -y {first}"));

@@ -36,7 +36,7 @@ impl Guest {
     /// The running guest, with the binary under test installed as `crilet.service`, no manifest
     /// and no pod left from an earlier test, and the service running.
     pub fn fresh() -> Guest {
-        let g = Guest { env: EnvFile::load(GUEST_ENV, "boot the guest first: hack/guest.sh up") };
+        let g = Guest::attach();
         g.install();
         g.ok("systemctl is-active --quiet crilet || systemctl start crilet");
         // What a test may have changed: the unit's drop-ins (a cluster node's among them: its
@@ -53,6 +53,11 @@ impl Guest {
             driver_switch(false)
         ));
         g
+    }
+
+    /// The running guest as it is.
+    pub fn attach() -> Guest {
+        Guest { env: EnvFile::load(GUEST_ENV, "boot the guest first: hack/guest.sh up") }
     }
 
     /// The guest's run directory on the host (its console log, QEMU's pid file).
@@ -90,7 +95,7 @@ impl Guest {
             .arg(share.join("repo/hack"))
             .status();
         assert!(status.is_ok_and(|s| s.success()), "copy hack/ into the share");
-        for f in ["crilet.service", "config.yaml"] {
+        for f in ["crilet.service", "config.yaml", "kubeadm.conf"] {
             std::fs::copy(repo.join("systemd").join(f), share.join("repo/systemd").join(f))
                 .expect("copy the unit");
         }
@@ -99,13 +104,46 @@ impl Guest {
         // binary over 9p again (5 s a test under TCG).
         const STAMP: &str = "/var/lib/crilet-test-installed";
         let installed = self.sh(&format!(
-            "[ \"$(stat -c %s.%Y /mnt/host/crilet)\" = \"$(cat {STAMP} 2>/dev/null)\" ] && [ -x /usr/local/bin/crilet ] && cmp -s /mnt/host/repo/systemd/crilet.service /etc/systemd/system/crilet.service"
+            "[ \"$(stat -c %s.%Y /mnt/host/crilet)\" = \"$(cat {STAMP} 2>/dev/null)\" ] && [ -x /usr/local/bin/crilet ] && [ -f /etc/crilet/config.yaml ] && cmp -s /mnt/host/repo/systemd/crilet.service /etc/systemd/system/crilet.service"
         ));
         if !installed.status.success() {
             self.ok(&format!(
                 "systemctl stop crilet 2>/dev/null; CRILET_BIN=/mnt/host/crilet bash /mnt/host/repo/hack/install.sh && stat -c %s.%Y /mnt/host/crilet >{STAMP}"
             ));
         }
+    }
+
+    /// The Debian package of `hack/deb.sh` at `version`, holding the binary under test stripped
+    /// (uncompressed: xz of the unoptimized binary is slow, and unpacking it under TCG); built
+    /// into the share, its path inside the guest.
+    pub fn package(&self, version: &str) -> String {
+        let stripped = self.share().join("crilet-stripped");
+        let fresh = std::fs::metadata(&stripped)
+            .and_then(|s| s.modified())
+            .is_ok_and(|t| std::fs::metadata(BIN).and_then(|b| b.modified()).is_ok_and(|b| b <= t));
+        if !fresh {
+            let status = Command::new("strip").arg("-o").arg(&stripped).arg(BIN).status();
+            assert!(status.is_ok_and(|s| s.success()), "strip {BIN}");
+        }
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let out = Command::new("bash")
+            .arg(repo.join("hack/deb.sh"))
+            .args(["--out"])
+            .arg(self.share().join("deb"))
+            .args(["--version", version, "--compression", "none"])
+            .env("CRILET_BIN", &stripped)
+            .output()
+            .expect("run hack/deb.sh");
+        assert!(out.status.success(), "hack/deb.sh failed:\n{}", String::from_utf8_lossy(&out.stderr));
+        let path = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let name = Path::new(&path).file_name().expect("a .deb").to_string_lossy().to_string();
+        format!("/mnt/host/deb/{name}")
+    }
+
+    /// Takes away `hack/install.sh`'s copy of the agent (its unit in /etc would shadow the
+    /// package's), as on a node that never had it; [`Self::fresh`] puts it back.
+    pub fn uninstall_dev_copy(&self) {
+        self.ok("systemctl disable --now crilet; rm -f /etc/systemd/system/crilet.service /usr/local/bin/crilet /etc/crilet/config.yaml; systemctl daemon-reload");
     }
 
     /// Runs `script` with bash in the guest.
