@@ -167,6 +167,11 @@ impl Agent {
         }
     }
 
+    /// The agent's exit status once it has exited by itself (None while it runs).
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.as_mut().and_then(|c| c.try_wait().ok().flatten())
+    }
+
     /// SIGTERMs the agent and waits for it to exit.
     pub fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
