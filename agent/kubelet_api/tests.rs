@@ -30,7 +30,7 @@ use super::auth::{
 };
 use super::logs::{LogFilter, LogOptions, OpenError, QueryError, fixed_nanos, open, parse_query};
 use super::routes::KubeletApi;
-use super::tls::{BindError, certificate_user, server_config};
+use super::tls::{BindError, certificate_user, server_config_from_files};
 use crate::fixtures::{pod, running, waiting, with_last_exit};
 use crate::logs::RecordSink;
 use crate::model::PodKey;
@@ -464,7 +464,7 @@ impl TestServer {
         std::fs::write(&cert, serving.cert).expect("write cert");
         std::fs::write(&key, serving.key).expect("write key");
         std::fs::write(&ca_file, ca.pem()).expect("write CA");
-        let tls = server_config(&cert, &key, Some(&ca_file)).expect("TLS config from the files");
+        let tls = server_config_from_files(&cert, &key, Some(&ca_file)).expect("TLS config from the files");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("local addr");
         let reviewer = fake();
@@ -567,7 +567,7 @@ fn bad_files_are_named() {
     std::fs::write(path("empty.crt"), "").expect("write");
     let err = |cert: &str, key: &str, ca: Option<&str>| {
         let ca = ca.map(path);
-        let e = server_config(&path(cert), &path(key), ca.as_deref()).expect_err("refused");
+        let e = server_config_from_files(&path(cert), &path(key), ca.as_deref()).expect_err("refused");
         (format!("{e}"), e)
     };
     let (msg, e) = err("missing.crt", "tls.key", None);
@@ -582,7 +582,7 @@ fn bad_files_are_named() {
     );
     let (msg, e) = err("tls.crt", "tls.key", Some("empty.crt"));
     assert!(matches!(e, BindError::NoCertificate { what: "client CA", .. }), "{msg}");
-    server_config(&path("tls.crt"), &path("tls.key"), None).expect("no client CA is fine");
+    server_config_from_files(&path("tls.crt"), &path("tls.key"), None).expect("no client CA is fine");
 }
 
 #[tokio::test]
