@@ -214,6 +214,13 @@ impl RunArgs {
             self.shutdown_grace_period.as_deref(),
             self.shutdown_grace_period_critical_pods.as_deref(),
         )?;
+        let rotate_server = self.rotate_server_certificates.unwrap_or(false);
+        if rotate_server && (self.tls_cert_file.is_some() || self.tls_private_key_file.is_some()) {
+            // As the kubelet, whose certificate manager then answers every handshake.
+            tracing::warn!(
+                "--rotate-server-certificates is on: --tls-cert-file/--tls-private-key-file are not served"
+            );
+        }
         let cluster = match self.kubeconfig.filter(|p| !p.as_os_str().is_empty()) {
             None => None,
             Some(kubeconfig) => {
@@ -249,7 +256,7 @@ impl RunArgs {
                     serving: crilet::cluster::serving_cert::source(
                         self.tls_cert_file.as_deref(),
                         self.tls_private_key_file.as_deref(),
-                        self.rotate_server_certificates.unwrap_or(false),
+                        rotate_server,
                     )
                     .map_err(anyhow::Error::msg)?,
                     client_ca_file: self.client_ca_file,
