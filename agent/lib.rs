@@ -7,6 +7,7 @@ pub mod cli;
 pub mod cluster;
 pub mod context;
 pub mod cri;
+pub mod dns;
 pub mod expand;
 #[cfg(test)]
 pub(crate) mod fixtures;

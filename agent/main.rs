@@ -55,6 +55,7 @@ async fn preflight(args: RunArgs) -> i32 {
                 config_file,
                 kubelet_config: s.kubelet_config,
                 cgroup_driver: s.cgroup_driver,
+                dns: s.dns,
             })
             .await
         }

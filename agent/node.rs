@@ -15,36 +15,12 @@ pub struct NodeConfig {
     pub container_logs_dir: Option<PathBuf>,
     pub node_name: String,
     pub host_ip: Option<String>,
-    /// The host's resolver configuration, parsed once (used for dnsPolicy Default and as the
-    /// fallback of ClusterFirst, since a static-pod node has no cluster DNS).
-    pub host_dns: HostDns,
+    /// `--cluster-dns`, `--cluster-domain`, `--resolv-conf`: what pods' resolvers are formed
+    /// from (`crate::dns`).
+    pub dns: crate::dns::DnsSettings,
     /// The cgroup driver in force (`--cgroup-driver`, or the runtime's own through CRI
     /// `RuntimeConfig`): how pod cgroups are named and who makes them.
     pub cgroup_driver: crate::cgroup::CgroupDriver,
-}
-
-/// Name servers, search domains and options of the host's resolv.conf.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct HostDns {
-    pub servers: Vec<String>,
-    pub searches: Vec<String>,
-    pub options: Vec<String>,
-}
-
-impl HostDns {
-    pub fn parse(text: &str) -> Self {
-        let mut dns = HostDns::default();
-        for line in text.lines() {
-            let mut words = line.split_whitespace();
-            match words.next() {
-                Some("nameserver") => dns.servers.extend(words.next().map(str::to_string)),
-                Some("search" | "domain") => dns.searches = words.map(str::to_string).collect(),
-                Some("options") => dns.options.extend(words.map(str::to_string)),
-                _ => {}
-            }
-        }
-        dns
-    }
 }
 
 /// `<pod-logs-dir>/<namespace>_<name>_<uid>` (R1.5).

@@ -44,7 +44,7 @@ use std::time::{Duration, Instant};
 
 use crilet::cri::{CriClient, api};
 use crilet::model::{DesiredPod, PodKey, keys};
-use crilet::pod::spec::{HostDns, Kind, NodeConfig, RuntimeValues, container_config, sandbox_config};
+use crilet::pod::spec::{Kind, NodeConfig, RuntimeValues, container_config, sandbox_config};
 use crilet::proto::{VersionRequest, VersionResponse};
 use k8s_openapi::api::core::v1::Pod;
 use tokio::time::MissedTickBehavior;
@@ -169,7 +169,7 @@ fn raw_node(dir: &Path) -> NodeConfig {
         container_logs_dir: None,
         node_name: "bench-resize".into(),
         host_ip: None,
-        host_dns: HostDns::default(),
+        dns: crilet::dns::DnsSettings::default(),
         cgroup_driver: Default::default(),
     }
 }
@@ -190,7 +190,7 @@ async fn raw_setup(ctx: &Ctx) -> Raw {
         doc: 0,
         warnings: vec![],
     };
-    let sb_cfg = sandbox_config(&node, &d, 0);
+    let sb_cfg = sandbox_config(&node, &d, 0, Default::default());
     let parent = sb_cfg.linux.as_ref().map(|l| l.cgroup_parent.clone()).unwrap_or_default();
     assert_eq!(parent, format!("/kubepods/burstable/pod{uid}"), "the raw pod is not Burstable");
     std::fs::create_dir_all(&sb_cfg.log_directory).expect("log dir");

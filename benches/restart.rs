@@ -42,7 +42,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crilet::cri::{CriClient, api};
 use crilet::model::{ContainerState, DesiredPod, ObservedContainer, PodKey, keys};
-use crilet::pod::spec::{HostDns, Kind, NodeConfig, RuntimeValues, container_config, sandbox_config};
+use crilet::pod::spec::{Kind, NodeConfig, RuntimeValues, container_config, sandbox_config};
 use crilet::proto::{ListPodsRequest, VersionRequest, VersionResponse};
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use tokio::sync::mpsc;
@@ -142,7 +142,7 @@ fn raw_node(dir: &Path) -> NodeConfig {
         container_logs_dir: None,
         node_name: "bench-restart".into(),
         host_ip: None,
-        host_dns: HostDns::default(),
+        dns: crilet::dns::DnsSettings::default(),
         cgroup_driver: Default::default(),
     }
 }
@@ -172,7 +172,7 @@ async fn raw_once(ctx: &Ctx, node: &NodeConfig, name: &str, events: &mut Option<
         doc: 0,
         warnings: vec![],
     };
-    let sb_cfg = sandbox_config(node, &d, 0);
+    let sb_cfg = sandbox_config(node, &d, 0, Default::default());
     std::fs::create_dir_all(&sb_cfg.log_directory).expect("log dir");
     let sb = cri.run_sandbox(sb_cfg.clone(), "").await.expect("RunPodSandbox");
     let config = |attempt: u32| {

@@ -10,6 +10,9 @@
 #        hack/cluster.sh bootstrap-kubeconfig NAME
 #                                        write a bootstrap kubeconfig (server, CA, the cluster's
 #                                        bootstrap token) for node NAME to join by TLS bootstrap
+#        hack/cluster.sh kubeadm         make the cluster joinable by `kubeadm join` as kubeadm
+#                                        init makes it (its own phases, see cmd_kubeadm) and
+#                                        print the join's endpoint, token and CA hash
 #        hack/cluster.sh build [kubelet] build the binaries and fetch etcd/kubectl only; with
 #                                        `kubelet` also the upstream kubelet (for benchmarks)
 #        hack/cluster.sh status          what runs and answers (exit 1 unless all of it)
@@ -76,7 +79,7 @@ KUBECTL_CACHE="$CLUSTER_DIR/kubectl-cache"
 # Seconds each component gets to answer its health endpoint after a start.
 START_DEADLINE=90
 
-usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//' >&2; exit "${1:-2}"; }
+usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//' >&2; exit "${1:-2}"; }
 
 # ------------------------------------------------------------------------------------------
 # etcd and kubectl from Debian sid
@@ -354,7 +357,7 @@ component_argv() {
             ARGV=("$bin" --kubeconfig "$CLUSTER_ADMIN_KUBECONFIG"
                 --bind-address 127.0.0.1 --secure-port "$CLUSTER_KCM_PORT"
                 --leader-elect=false
-                --controllers '*,-nodeipam,-service-lb-controller,-cloud-node-lifecycle'
+                --controllers '*,bootstrapsigner,tokencleaner,-nodeipam,-service-lb-controller,-cloud-node-lifecycle'
                 --service-account-private-key-file "$SA_KEY"
                 --root-ca-file "$CA_CRT"
                 --cluster-signing-cert-file "$CA_CRT" --cluster-signing-key-file "$CA_KEY"
@@ -510,7 +513,8 @@ EOF
             system:certificates.k8s.io:certificatesigningrequests:nodeclient "$BOOTSTRAP_GROUP"
         group_binding kubeadm:node-autoapprove-certificate-rotation \
             system:certificates.k8s.io:certificatesigningrequests:selfnodeclient system:nodes
-    } | kc apply -f - >/dev/null || die "could not apply the bootstrap token and its RBAC"
+    } | kc apply --server-side --force-conflicts --field-manager crilet-dev -f - >/dev/null ||
+        die "could not apply the bootstrap token and its RBAC"
 }
 
 # group_binding NAME CLUSTERROLE GROUP — a ClusterRoleBinding document (after a `---`).
@@ -652,6 +656,72 @@ EOF
     cat "$dir/bootstrap-env"
 }
 
+# cmd_kubeadm — what `kubeadm init` leaves for `kubeadm join` on a cluster it did not make,
+# made by kubeadm's own phases (kubeadm built from the same module): the kubeadm-config
+# (ClusterConfiguration) and kubelet-config (the KubeletConfiguration every joining node gets)
+# ConfigMaps with their RBAC, the bootstrap token (ours, never expiring) with its RBAC, and the
+# cluster-info ConfigMap in kube-public that discovery reads (server and CA from the admin
+# kubeconfig: https://127.0.0.1:16443), signed per token by the controller-manager's
+# bootstrapsigner. Prints KUBEADM_*= lines: the binary, the endpoint, token and CA hash.
+cmd_kubeadm() {
+    local cfg token hash phase id i
+    build_k8s kubeadm
+    ensure_bootstrap_token
+    token="$(cat "$BOOTSTRAP_TOKEN_FILE")"
+    cfg="$CLUSTER_DIR/kubeadm.yaml"
+    (umask 077 && write_file "$cfg" <<EOF) || true
+# Written by hack/cluster.sh kubeadm: the cluster as kubeadm would have made it.
+apiVersion: kubeadm.k8s.io/v1beta4
+kind: InitConfiguration
+bootstrapTokens:
+- token: "$token"
+  description: "crilet-dev nodes join with this token (hack/cluster.sh)"
+  ttl: 0s
+  usages: [signing, authentication]
+  groups: [$BOOTSTRAP_GROUP]
+# Where nodes reach this API server from hack/guest.sh's guest: kubeadm refuses a loopback
+# address here, and with none it would look up this host's own (it only checks this one).
+localAPIEndpoint:
+  advertiseAddress: $GUEST_HOST_LOOPBACK
+  bindPort: $CLUSTER_APISERVER_PORT
+nodeRegistration:
+  name: $CLUSTER_NAME-control-plane
+  criSocket: unix:///run/containerd/containerd.sock
+---
+apiVersion: kubeadm.k8s.io/v1beta4
+kind: ClusterConfiguration
+clusterName: $CLUSTER_NAME
+kubernetesVersion: $K8S_VERSION
+controlPlaneEndpoint: 127.0.0.1:$CLUSTER_APISERVER_PORT
+# kubeadm's place, not this cluster's PKI: it names the CA file every joining node's
+# KubeletConfiguration reads (clientCAFile), which kubeadm join writes there.
+certificatesDir: /etc/kubernetes/pki
+networking:
+  serviceSubnet: $SERVICE_CIDR
+  dnsDomain: cluster.local
+EOF
+    for phase in "upload-config kubeadm" "upload-config kubelet" "bootstrap-token --skip-token-print"; do
+        # shellcheck disable=SC2086
+        quietly "$K8S_BIN_DIR/kubeadm" init phase $phase --config "$cfg" --kubeconfig "$CLUSTER_ADMIN_KUBECONFIG" ||
+            die "kubeadm init phase $phase failed"
+    done
+    # The discovery pin: sha256 of the CA's SubjectPublicKeyInfo, as kubeadm prints it.
+    hash="$(openssl x509 -in "$CA_CRT" -noout -pubkey | openssl pkey -pubin -outform der | sha256sum | cut -d' ' -f1)"
+    # The bootstrapsigner signs cluster-info for the token within a moment.
+    id="${token%%.*}"
+    for i in $(seq 1 60); do
+        kc -n kube-public get configmap cluster-info -o "jsonpath={.data.jws-kubeconfig-$id}" 2>/dev/null | grep -q . && break
+        [ "$i" -lt 60 ] || die "cluster-info is not signed for token $id (is the controller-manager's bootstrapsigner running?)"
+        sleep 1
+    done
+    cat <<EOF
+KUBEADM_BIN=$K8S_BIN_DIR/kubeadm
+KUBEADM_ENDPOINT=127.0.0.1:$CLUSTER_APISERVER_PORT
+KUBEADM_TOKEN=$token
+KUBEADM_CA_CERT_HASH=sha256:$hash
+EOF
+}
+
 cmd_status() {
     local name pid bad=0 state
     for name in "${CLUSTER_COMPONENTS[@]}"; do
@@ -679,6 +749,7 @@ main() {
         down) [ $# -le 1 ] || usage; lock; cmd_down "$@" ;;
         node) [ $# -eq 1 ] || usage; lock; cmd_node "$1" ;;
         bootstrap-kubeconfig) [ $# -eq 1 ] || usage; lock; cmd_bootstrap_kubeconfig "$1" ;;
+        kubeadm) [ $# -eq 0 ] || usage; lock; cmd_kubeadm ;;
         build)
             [ $# -eq 0 ] || { [ $# -eq 1 ] && [ "$1" = kubelet ]; } || usage
             lock; cmd_build "$@" ;;

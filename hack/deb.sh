@@ -17,6 +17,7 @@
 #   /lib/systemd/system/crilet.service   systemd/crilet.service, ExecStart=/usr/bin/crilet
 #   /etc/crilet/config.yaml              systemd/config.yaml: a conffile (DEBIAN/conffiles)
 #   /etc/crilet/manifests/               0755, empty
+#   /usr/share/crilet/kubeadm.conf       systemd/kubeadm.conf, the drop-in for kubeadm nodes
 #   /usr/share/doc/crilet/               copyright, changelog.Debian.gz
 # /var/lib/crilet and /run/crilet are the unit's StateDirectory= and RuntimeDirectory=:
 # systemd makes them. Maintainer scripts: systemd/debian/{postinst,prerm,postrm}. Depends from

@@ -5,6 +5,9 @@
 #   installs target/release/crilet   -> /usr/local/bin/crilet (0755)
 #            systemd/crilet.service  -> /etc/systemd/system/crilet.service (0644; ExecStart names
 #                                       the installed binary)
+#            systemd/kubeadm.conf    -> /usr/local/share/crilet/kubeadm.conf (0644; the drop-in
+#                                       for a node that joins with kubeadm, not active until
+#                                       copied: README "Joining with kubeadm")
 #            systemd/config.yaml     -> /etc/crilet/config.yaml (0644; every setting commented
 #                                       out at its default), ONLY if that file does not exist:
 #                                       a config already there is never overwritten
@@ -33,10 +36,13 @@ trap 'rm -rf "$tmp"' EXIT
 crilet_unit "$PREFIX/bin" "$tmp/crilet.service"
 install -D -m 0755 "$BIN" "$DESTDIR$PREFIX/bin/crilet"
 install -D -m 0644 "$tmp/crilet.service" "$DESTDIR$UNIT_DIR/crilet.service"
+sed "s#^ExecStart=/usr/local/bin/crilet #ExecStart=$PREFIX/bin/crilet #" "$REPO_ROOT/systemd/kubeadm.conf" >"$tmp/kubeadm.conf"
+grep -q "^ExecStart=$PREFIX/bin/crilet run " "$tmp/kubeadm.conf" || die "systemd/kubeadm.conf: no ExecStart=/usr/local/bin/crilet run to point at $PREFIX/bin"
+install -D -m 0644 "$tmp/kubeadm.conf" "$DESTDIR$PREFIX/share/crilet/kubeadm.conf"
 install -d -m 0755 "$DESTDIR/etc/crilet" "$DESTDIR/etc/crilet/manifests"
 # install -d leaves an existing directory's mode alone; the agent would refuse a loose one.
 chmod 0755 "$DESTDIR/etc/crilet" "$DESTDIR/etc/crilet/manifests"
-log "installed $DESTDIR$PREFIX/bin/crilet, $DESTDIR$UNIT_DIR/crilet.service, $DESTDIR/etc/crilet/manifests"
+log "installed $DESTDIR$PREFIX/bin/crilet, $DESTDIR$UNIT_DIR/crilet.service, $DESTDIR$PREFIX/share/crilet/kubeadm.conf, $DESTDIR/etc/crilet/manifests"
 # The unit runs `crilet run --config /etc/crilet/config.yaml`: the file must exist, and it is
 # the user's once it does (a symlink or anything else already there counts as existing).
 if [ -e "$DESTDIR/etc/crilet/config.yaml" ] || [ -L "$DESTDIR/etc/crilet/config.yaml" ]; then

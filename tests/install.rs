@@ -70,11 +70,21 @@ fn install_stages_binary_unit_and_a_config_it_never_overwrites() {
     let unit = root.join("etc/systemd/system/crilet.service");
     let config = root.join("etc/crilet/config.yaml");
     let manifests = root.join("etc/crilet/manifests");
-    for (path, want) in [(&bin, 0o755), (&unit, 0o644), (&config, 0o644), (&manifests, 0o755)] {
+    let kubeadm = root.join("usr/local/share/crilet/kubeadm.conf");
+    for (path, want) in
+        [(&bin, 0o755), (&unit, 0o644), (&config, 0o644), (&manifests, 0o755), (&kubeadm, 0o644)]
+    {
         assert_eq!(mode(path), want, "mode of {}", path.display());
     }
     let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
     assert_eq!(read(&unit), read(&repo().join("systemd/crilet.service")));
+    // The kubeadm drop-in runs the installed binary with the files kubeadm writes.
+    assert!(
+        read(&kubeadm).lines().any(|l| l
+            == "ExecStart=/usr/local/bin/crilet run $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS $KUBELET_KUBEADM_ARGS $KUBELET_EXTRA_ARGS"),
+        "the kubeadm drop-in's ExecStart:\n{}",
+        read(&kubeadm)
+    );
     let default_config = read(&repo().join("systemd/config.yaml"));
     assert_eq!(read(&config), default_config);
     assert!(

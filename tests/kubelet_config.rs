@@ -26,7 +26,7 @@ async fn a_kubelet_configuration_runs_a_static_pod() {
         format!(
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
              staticPodPath: {}\npodLogsDir: {}\ncontainerRuntimeEndpoint: {}\n\
-             healthzPort: 0\nsyncFrequency: 0s\nclusterDNS: [10.96.0.10]\nclusterDomain: cluster.local\n\
+             healthzPort: 0\nsyncFrequency: 0s\nproviderID: test://dns\nnodeStatusMaxImages: 10\n\
              authentication:\n  anonymous:\n    enabled: false\n  webhook:\n    enabled: true\n",
             a.manifests.display(),
             a.logs.display(),
@@ -49,7 +49,7 @@ async fn a_kubelet_configuration_runs_a_static_pod() {
     // The whole log: the start's lines are far above what `a.log()`'s tail keeps once the
     // shared runtime's events of other tests' pods have been logged.
     let agent_log = std::fs::read_to_string(&a.log_file).expect("the agent's log");
-    for field in ["clusterDNS", "clusterDomain"] {
+    for field in ["providerID", "nodeStatusMaxImages"] {
         assert!(
             agent_log.lines().any(|l| l.contains("KubeletConfiguration: field ignored") && l.contains(field)),
             "{field} not reported as ignored:\n{agent_log}"

@@ -166,8 +166,9 @@ fn a_kubeadm_kubelet_config_lists_what_is_taken_and_ignored() {
     let node = Node::good();
     let kubeadm = concat!(env!("CARGO_MANIFEST_DIR"), "/agent/cli/kubelet_config/kubeadm-v1.36.yaml");
     // The test machine's driver is cgroupfs (PID 1 is not systemd); kubeadm's file says systemd.
-    let (code, out) =
-        preflight_with(&env.endpoint(), &node, &["--config", kubeadm, "--cgroup-driver", "cgroupfs"]);
+    // Nor does it run systemd-resolved, whose file kubeadm's resolvConf names.
+    let flags = ["--config", kubeadm, "--cgroup-driver", "cgroupfs", "--resolv-conf", "/etc/resolv.conf"];
+    let (code, out) = preflight_with(&env.endpoint(), &node, &flags);
 
     assert_eq!(check(&out, "config").0, "PASS", "{out}");
     let (verdict, detail) = check(&out, "kubelet-config");
@@ -175,6 +176,9 @@ fn a_kubeadm_kubelet_config_lists_what_is_taken_and_ignored() {
     for taken in [
         "staticPodPath (--pod-manifest-path)",
         "cgroupDriver (--cgroup-driver)",
+        "clusterDNS (--cluster-dns)",
+        "clusterDomain (--cluster-domain)",
+        "resolvConf (--resolv-conf)",
         "containerRuntimeEndpoint (--container-runtime-endpoint)",
         "authentication.x509.clientCAFile (--client-ca-file)",
         "healthzPort (--metrics-bind-address)",
@@ -182,13 +186,20 @@ fn a_kubeadm_kubelet_config_lists_what_is_taken_and_ignored() {
     ] {
         assert!(detail.contains(taken), "{taken} not in: {out}");
     }
-    assert!(detail.ends_with("3 field(s) ignored"), "{out}");
+    assert!(detail.ends_with("0 field(s) ignored"), "{out}");
     let ignored: Vec<&str> =
         out.lines().filter(|l| l.starts_with("WARN") && l.contains(" kubelet-config ")).collect();
-    for field in ["clusterDNS: [10.96.0.10]", "clusterDomain: cluster.local", "resolvConf:"] {
-        assert!(ignored.iter().any(|l| l.contains(field)), "{field} not listed as ignored: {out}");
-    }
+    assert_eq!(ignored, Vec::<&str>::new(), "kubeadm's file sets nothing crilet ignores: {out}");
     assert!(!out.lines().any(|l| l.starts_with("FAIL") && l.contains("kubelet-config")), "{out}");
+    let (verdict, detail) = check(&out, "pod-dns");
+    assert_eq!(verdict, "PASS", "{out}");
+    assert!(detail.ends_with("ClusterFirst pods: 10.96.0.10 (domain \"cluster.local\")"), "{out}");
+    // Without the flag, kubeadm's resolvConf is a file this machine lacks: every sandbox would fail.
+    let (code_without, without) =
+        preflight_with(&env.endpoint(), &node, &["--config", kubeadm, "--cgroup-driver", "cgroupfs"]);
+    let (verdict, detail) = check(&without, "pod-dns");
+    assert_eq!((verdict, code_without), ("FAIL", Some(1)), "{without}");
+    assert!(detail.contains("/run/systemd/resolve/resolv.conf"), "{without}");
     // The manifest directory is the flag's, not kubeadm's /etc/kubernetes/manifests.
     assert_eq!(check(&out, "manifest-dir").0, "PASS", "{out}");
     assert_eq!(code, Some(0), "{out}");

@@ -36,9 +36,14 @@ pub(crate) struct RunArgs {
     /// The agent's control socket [default: /run/crilet/crilet.sock]
     #[arg(long)]
     pub(crate) control_socket: Option<PathBuf>,
-    /// Node name [default: the hostname]
+    /// Node name [default: --hostname-override, else the hostname]
     #[arg(long)]
     pub(crate) node_name: Option<String>,
+    /// The kubelet's flag (kubeadm writes it when the node's name is not its hostname): the
+    /// node's name and its hostname (label kubernetes.io/hostname, Hostname address) [default:
+    /// the hostname]
+    #[arg(long)]
+    pub(crate) hostname_override: Option<String>,
     /// Rotate a container's log file once it reaches this size (a quantity) [default: 10Mi]
     #[arg(long)]
     pub(crate) container_log_max_size: Option<String>,
@@ -130,6 +135,20 @@ pub(crate) struct RunArgs {
     /// by itself (the kubelet's serverTLSBootstrap) [default: false]
     #[arg(long, num_args = 0..=1, default_missing_value = "true")]
     pub(crate) rotate_server_certificates: Option<bool>,
+    /// DNS server IPs of the cluster, comma-separated or repeated: pods with dnsPolicy
+    /// ClusterFirst resolve through them (without any, ClusterFirst falls back to Default, with
+    /// a MissingClusterDNS event) [default: none]
+    #[arg(long, value_delimiter = ',')]
+    pub(crate) cluster_dns: Option<Vec<String>>,
+    /// The cluster's domain: ClusterFirst pods search <namespace>.svc.<domain>, svc.<domain> and
+    /// <domain> before the host's search domains [default: none]
+    #[arg(long)]
+    pub(crate) cluster_domain: Option<String>,
+    /// The resolver file pods' DNS is based on (dnsPolicy Default, and the host's search
+    /// domains); "" for none: Default pods resolve through the node (127.0.0.1)
+    /// [default: /etc/resolv.conf]
+    #[arg(long)]
+    pub(crate) resolv_conf: Option<String>,
     /// A YAML file holding the same settings (flags win), or the kubelet's KubeletConfiguration
     /// (kubelet.config.k8s.io/v1beta1); `crilet preflight` lists what crilet takes from it and
     /// what it ignores
@@ -154,6 +173,7 @@ impl RunArgs {
             self.container_logs_dir = self.container_logs_dir.or(file.container_logs_dir);
             self.control_socket = self.control_socket.or(file.control_socket);
             self.node_name = self.node_name.or(file.node_name);
+            self.hostname_override = self.hostname_override.or(file.hostname_override);
             self.metrics_bind_address = self.metrics_bind_address.or(file.metrics_bind_address);
             self.container_log_max_size = self.container_log_max_size.or(file.container_log_max_size);
             self.container_log_max_files = self.container_log_max_files.or(file.container_log_max_files);
@@ -181,14 +201,19 @@ impl RunArgs {
             self.rotate_certificates = self.rotate_certificates.or(file.rotate_certificates);
             self.rotate_server_certificates =
                 self.rotate_server_certificates.or(file.rotate_server_certificates);
+            self.cluster_dns = self.cluster_dns.or(file.cluster_dns);
+            self.cluster_domain = self.cluster_domain.or(file.cluster_domain);
+            self.resolv_conf = self.resolv_conf.or(file.resolv_conf);
         }
         let runtime = self
             .container_runtime_endpoint
             .unwrap_or_else(|| "unix:///run/containerd/containerd.sock".into());
-        let node_name = match self.node_name {
-            Some(n) => n,
+        // The kubelet lower-cases an override as it does the hostname.
+        let hostname = match self.hostname_override.filter(|h| !h.is_empty()) {
+            Some(h) => h.to_lowercase(),
             None => crilet::node::default_node_name().context("reading the hostname for --node-name")?,
         };
+        let node_name = self.node_name.unwrap_or_else(|| hostname.clone());
         let root_dir: PathBuf = self.root_dir.clone().unwrap_or_else(|| "/var/lib/crilet".into());
         let node_ip = match self.node_ip.filter(|ip| !ip.is_empty()) {
             Some(ip) => {
@@ -198,6 +223,7 @@ impl RunArgs {
             }
             None => None,
         };
+        let dns = dns_settings(self.cluster_dns, self.cluster_domain, self.resolv_conf)?;
         let cgroup_driver = match self.cgroup_driver.as_deref().filter(|d| !d.is_empty()) {
             Some(d) => Some(
                 d.parse::<crilet::cgroup::CgroupDriver>()
@@ -232,6 +258,7 @@ impl RunArgs {
                     config: crilet::cluster::ClusterConfig {
                         kubeconfig,
                         node_name: node_name.clone(),
+                        hostname,
                         node_ip,
                         node_labels: crilet::cluster::parse_labels(
                             self.node_labels.as_deref().unwrap_or(""),
@@ -264,6 +291,7 @@ impl RunArgs {
             }
         };
         Ok(Settings {
+            dns,
             kubelet_config,
             cluster,
             shutdown,
@@ -304,6 +332,30 @@ fn read_config(path: &Path) -> anyhow::Result<(RunArgs, Option<kubelet_config::R
     let file = serde_yaml_ng::from_value(serde_yaml_ng::Value::Mapping(t.settings))
         .with_context(|| format!("{}: a KubeletConfiguration value crilet cannot take", path.display()))?;
     Ok((file, Some(t.report)))
+}
+
+/// `--cluster-dns`, `--cluster-domain` and `--resolv-conf` (the node's IPs are added once
+/// known). An address that is not an IP is refused (the kubelet logs and skips it; a node with
+/// less cluster DNS than its operator gave would be silently wrong).
+pub(crate) fn dns_settings(
+    cluster_dns: Option<Vec<String>>,
+    cluster_domain: Option<String>,
+    resolv_conf: Option<String>,
+) -> anyhow::Result<crilet::dns::DnsSettings> {
+    let mut servers = Vec::new();
+    for ip in cluster_dns.unwrap_or_default().iter().map(|ip| ip.trim()).filter(|ip| !ip.is_empty()) {
+        servers.push(ip.parse().with_context(|| format!("--cluster-dns {ip:?} is not an IP address"))?);
+    }
+    Ok(crilet::dns::DnsSettings {
+        cluster_dns: servers,
+        cluster_domain: cluster_domain.unwrap_or_default(),
+        resolv_conf: match resolv_conf {
+            Some(p) if p.is_empty() => None,
+            Some(p) => Some(p.into()),
+            None => Some("/etc/resolv.conf".into()),
+        },
+        node_ips: Vec::new(),
+    })
 }
 
 /// A rate limit from its two flags (the kubelet's defaults, 50 and 100, where unset). A burst
@@ -358,6 +410,8 @@ pub(crate) struct ClusterSettings {
 }
 
 pub(crate) struct Settings {
+    /// The pods' DNS settings (`--cluster-dns`, `--cluster-domain`, `--resolv-conf`).
+    pub(crate) dns: crilet::dns::DnsSettings,
     /// What crilet took from and ignored in `--config`, when it is a `KubeletConfiguration`.
     pub(crate) kubelet_config: Option<kubelet_config::Report>,
     pub(crate) cluster: Option<ClusterSettings>,

@@ -18,7 +18,7 @@ fn kubelet_configuration_settings() {
         "{KUBELET}staticPodPath: /etc/kubernetes/manifests\ncontainerRuntimeEndpoint: unix:///run/k.sock\n\
          cgroupDriver: systemd\nshutdownGracePeriod: 1m0s\nshutdownGracePeriodCriticalPods: 20s\n\
          podLogsDir: /srv/pod-logs\ncontainerLogMaxFiles: 3\nhealthzPort: 10300\nrotateCertificates: true\n\
-         clusterDomain: cluster.local\n"
+         clusterDomain: cluster.local\nclusterDNS: [10.96.0.10]\nresolvConf: \"\"\n"
     );
     let s = args_with(&dir, &yaml).resolve().expect("resolves");
     assert_eq!(s.manifest_dir, PathBuf::from("/etc/kubernetes/manifests"));
@@ -30,7 +30,10 @@ fn kubelet_configuration_settings() {
     assert_eq!(s.metrics_bind_address.as_deref(), Some("127.0.0.1:10300"));
     let report = s.kubelet_config.expect("a KubeletConfiguration report");
     assert!(report.taken.iter().any(|t| t.field == "rotateCertificates" && t.flag == "rotate-certificates"));
-    assert_eq!(report.ignored.iter().map(|i| i.field.as_str()).collect::<Vec<_>>(), ["clusterDomain"]);
+    assert!(report.ignored.is_empty(), "{:?}", report.ignored);
+    assert_eq!(s.dns.cluster_dns, ["10.96.0.10".parse::<std::net::IpAddr>().expect("ip")]);
+    assert_eq!(s.dns.cluster_domain, "cluster.local");
+    assert_eq!(s.dns.resolv_conf, None, "resolvConf \"\": no host resolver");
 }
 
 #[test]
@@ -111,4 +114,45 @@ fn serving_certificate_source_cases() {
         let s = args.resolve().expect("resolves");
         assert_eq!(s.cluster.expect("cluster mode").serving, want, "{name}");
     }
+}
+
+#[test]
+fn dns_flags() {
+    let ip = |s: &str| s.parse::<std::net::IpAddr>().expect("ip");
+    let strings = |l: &[&str]| Some(l.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+    let d = dns_settings(None, None, None).expect("defaults");
+    assert_eq!(
+        d,
+        crilet::dns::DnsSettings::default(),
+        "the kubelet's defaults: /etc/resolv.conf, no cluster DNS"
+    );
+    let d = dns_settings(
+        strings(&["10.96.0.10", " fd00::a", ""]),
+        Some("cluster.local".into()),
+        Some("/r".into()),
+    )
+    .expect("parses");
+    assert_eq!(d.cluster_dns, [ip("10.96.0.10"), ip("fd00::a")]);
+    assert_eq!(d.resolv_conf, Some(PathBuf::from("/r")));
+    let err = format!("{:#}", dns_settings(strings(&["10.96.0.300"]), None, None).expect_err("not an IP"));
+    assert!(err.contains("--cluster-dns \"10.96.0.300\" is not an IP address"), "{err}");
+}
+
+#[test]
+fn cluster_dns_flag_takes_commas_and_repeats() {
+    use clap::Parser;
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+    let cli =
+        Cli::try_parse_from(["crilet", "--cluster-dns", "10.96.0.10,10.96.0.11", "--cluster-dns=fd00::a"])
+            .expect("parses");
+    assert_eq!(cli.run.cluster_dns, Some(vec!["10.96.0.10".into(), "10.96.0.11".into(), "fd00::a".into()]));
+    let own = "cluster-dns: [10.96.0.10]\ncluster-domain: cluster.local\nresolv-conf: /run/r.conf\n";
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = args_with(&dir, own).resolve().expect("crilet's own format takes the DNS keys");
+    assert_eq!(s.dns.cluster_domain, "cluster.local");
+    assert_eq!(s.dns.resolv_conf, Some(PathBuf::from("/run/r.conf")));
 }

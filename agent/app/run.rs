@@ -9,7 +9,7 @@ use crilet::cgroup::CgroupDriver;
 use crilet::cri::CriClient;
 use crilet::pleg::{self, Wakers};
 use crilet::pod::context::WorkerContext;
-use crilet::pod::spec::{HostDns, NodeConfig};
+use crilet::pod::spec::NodeConfig;
 use crilet::pod::supervisor::Supervisor;
 use crilet::registry::Registry;
 use crilet::source;
@@ -125,11 +125,11 @@ async fn serving_slot(
 ) -> anyhow::Result<crilet::cluster::cert_slot::CertSlot> {
     use crilet::cluster::serving_cert::{self, Source};
     let cfg = &c.config;
-    let sans = serving_cert::node_sans(&cfg.node_name, &cfg.node_ip);
+    let sans = serving_cert::node_sans(&cfg.hostname, &cfg.node_ip);
     match &c.serving {
         Source::Files { cert, key } => Ok(crilet::kubelet_api::load_pair(cert, key)?),
         Source::SelfSigned => {
-            let (dir, host) = (cfg.cert_dir.clone(), crilet::cluster::node_sync::hostname(&cfg.node_name));
+            let (dir, host) = (cfg.cert_dir.clone(), cfg.hostname.clone());
             let made = tokio::task::spawn_blocking(move || {
                 serving_cert::self_signed(&dir, &host, &sans, std::time::SystemTime::now())
             });
@@ -210,15 +210,23 @@ pub(crate) async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
     let Some(runtime) = wait_for_runtime(&cri, &s.runtime_endpoint, &cancel).await else { return Ok(()) };
     let cgroup_driver = cgroup_driver(&cri, s.cgroup_driver).await?;
 
-    let host_dns =
-        std::fs::read_to_string("/etc/resolv.conf").map(|t| HostDns::parse(&t)).unwrap_or_default();
+    let host_ip = s.node_ip.clone().or_else(host_ip);
+    let mut dns = s.dns.clone();
+    dns.node_ips = host_ip.iter().filter_map(|ip| ip.parse().ok()).collect();
+    // The kubelet's CheckLimitsForResolvConf, once at start: each pod's resolver is formed from
+    // the file again when its sandbox is made.
+    let checked = dns.clone();
+    if let Ok(Some(problem)) = crilet::blocking(move || Ok(crilet::dns::check_host(&checked))).await {
+        warn!(problem, "the host's resolver file: pods built on it will not get all of it");
+    }
+    info!(cluster_dns = ?dns.cluster_dns, cluster_domain = %dns.cluster_domain, resolv_conf = ?dns.resolv_conf, "pod DNS");
     let node = NodeConfig {
         root_dir: s.root_dir.clone(),
         pod_logs_dir: s.pod_logs_dir.clone(),
         container_logs_dir: s.container_logs_dir.clone(),
         node_name: s.node_name.clone(),
-        host_ip: s.node_ip.clone().or_else(host_ip),
-        host_dns,
+        host_ip,
+        dns,
         cgroup_driver,
     };
     // What the node's pods hold: admission and resizes count from the same ledger.

@@ -208,7 +208,8 @@ fn walk<'a>(prefix: &str, value: &'a Value, out: &mut Vec<(String, &'a Value)>) 
 }
 
 /// Fields whose zero is not the kubelet's default but a setting of its own (`healthzPort: 0` is
-/// off, `kubeAPIQPS: 0` no limit, `imageGCHighThresholdPercent: 0` collect always).
+/// off, `kubeAPIQPS: 0` no limit, `imageGCHighThresholdPercent: 0` collect always, `resolvConf:
+/// ""` no host resolver).
 const ZERO_MEANS_SOMETHING: &[&str] = &[
     "eventRecordQPS",
     "kubeAPIQPS",
@@ -224,6 +225,7 @@ const ZERO_MEANS_SOMETHING: &[&str] = &[
     "maxParallelImagePulls",
     "memoryThrottlingFactor",
     "userNamespaces.idsPerPod",
+    "resolvConf",
 ];
 
 /// A Go zero value: null, `""`, `0`, `0s`, `[]`, `{}`. (`false` is not: many of the kubelet's
@@ -411,16 +413,9 @@ fn rule(field: &str, value: &Value) -> Rule {
         "nodeStatusMaxImages" => Rule::Ignore(Behaviour, NOT_IMPLEMENTED),
 
         // DNS.
-        "clusterDNS" => Rule::Ignore(
-            Behaviour,
-            "not implemented: pods with dnsPolicy ClusterFirst get the host's nameservers, not the cluster DNS",
-        ),
-        "clusterDomain" => {
-            Rule::Ignore(Behaviour, "not implemented: pods get no <namespace>.svc.<domain> search domains")
-        }
-        "resolvConf" => {
-            Rule::Same(&["/etc/resolv.conf"], Behaviour, "crilet gives pods the host's /etc/resolv.conf")
-        }
+        "clusterDNS" => Rule::Take("cluster-dns"),
+        "clusterDomain" => Rule::Take("cluster-domain"),
+        "resolvConf" => Rule::Take("resolv-conf"),
 
         // Cgroups and node resources (cgroup, ledger).
         "cgroupsPerQOS" => Rule::Same(&["true"], Behaviour, "crilet always makes the kubepods QoS cgroups"),

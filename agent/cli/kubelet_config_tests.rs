@@ -44,10 +44,14 @@ fn translate_cases() {
              containerLogMonitorInterval: 5s\nkubeAPIQPS: 20\nkubeAPIBurst: 40\neventRecordQPS: 0\neventBurst: 7\n\
              tlsCertFile: /pki/kubelet.crt\ntlsPrivateKeyFile: /pki/kubelet.key\nserverTLSBootstrap: true\n\
              imageServiceEndpoint: unix:///run/img.sock\n\
+             clusterDNS: [10.96.0.10, fd00::a]\nclusterDomain: cluster.local\n\
+             resolvConf: /run/systemd/resolve/resolv.conf\n\
              authentication:\n  x509:\n    clientCAFile: /pki/ca.crt\n",
             vec![
                 "cgroup-driver: systemd",
                 "client-ca-file: /pki/ca.crt",
+                "cluster-dns: [10.96.0.10, fd00::a]",
+                "cluster-domain: cluster.local",
                 "container-log-max-files: 3",
                 "container-log-max-size: 5Mi",
                 "container-log-monitor-interval: 5s",
@@ -60,6 +64,7 @@ fn translate_cases() {
                 "pod-logs-dir: /srv/pods",
                 "pod-manifest-path: /etc/kubernetes/manifests",
                 "port: 10250",
+                "resolv-conf: /run/systemd/resolve/resolv.conf",
                 "rotate-server-certificates: true",
                 "shutdown-grace-period-critical-pods: 10s",
                 "shutdown-grace-period: 30s",
@@ -81,7 +86,7 @@ fn translate_cases() {
             "authentication:\n  anonymous:\n    enabled: false\n  webhook:\n    enabled: true\n    cacheTTL: 2m0s\n\
              authorization:\n  mode: Webhook\n  webhook:\n    cacheAuthorizedTTL: 5m\n    cacheUnauthorizedTTL: 30s\n\
              enableServer: true\ncgroupsPerQOS: true\nenforceNodeAllocatable: [pods]\nfailSwapOn: false\n\
-             nodeStatusUpdateFrequency: 10s\nnodeLeaseDurationSeconds: 40\nresolvConf: /etc/resolv.conf\n\
+             nodeStatusUpdateFrequency: 10s\nnodeLeaseDurationSeconds: 40\n\
              seccompDefault: false\nfileCheckFrequency: 20s\n",
             vec![],
             vec![],
@@ -89,15 +94,12 @@ fn translate_cases() {
         (
             "fields crilet does not implement are ignored with their value",
             "evictionHard:\n  memory.available: 200Mi\n  nodefs.available: 10%\n\
-             clusterDNS: [10.96.0.10]\nclusterDomain: cluster.local\n\
              imageGCHighThresholdPercent: 90\nfailSwapOn: true\ncgroupsPerQOS: false\n\
              enforceNodeAllocatable: [pods, kube-reserved]\nstaticPodURL: http://example.com/pods\n\
              featureGates:\n  NodeSwap: true\nnodeStatusUpdateFrequency: 4s\n",
             vec![],
             vec![
                 ig("evictionHard", "{memory.available: 200Mi, nodefs.available: 10%}", Behaviour),
-                ig("clusterDNS", "[10.96.0.10]", Behaviour),
-                ig("clusterDomain", "cluster.local", Behaviour),
                 ig("imageGCHighThresholdPercent", "90", Behaviour),
                 ig("failSwapOn", "true", Behaviour),
                 ig("cgroupsPerQOS", "false", Behaviour),
@@ -106,6 +108,12 @@ fn translate_cases() {
                 ig("featureGates", "{NodeSwap: true}", Behaviour),
                 ig("nodeStatusUpdateFrequency", "4s", Behaviour),
             ],
+        ),
+        (
+            "resolvConf \"\" is a setting of its own (no host resolver), taken",
+            "resolvConf: \"\"\nclusterDNS: []\nclusterDomain: \"\"\n",
+            vec!["resolv-conf: "],
+            vec![],
         ),
         (
             "a zero that is a setting of its own is reported (imageGC 0: always collect)",
@@ -212,21 +220,17 @@ fn kubeadm_config() {
         [
             ("authentication.x509.clientCAFile", "client-ca-file"),
             ("cgroupDriver", "cgroup-driver"),
+            ("clusterDNS", "cluster-dns"),
+            ("clusterDomain", "cluster-domain"),
             ("containerRuntimeEndpoint", "container-runtime-endpoint"),
             ("healthzBindAddress", "metrics-bind-address"),
             ("healthzPort", "metrics-bind-address"),
+            ("resolvConf", "resolv-conf"),
             ("rotateCertificates", "rotate-certificates"),
             ("staticPodPath", "pod-manifest-path"),
         ]
     );
-    assert_eq!(
-        ignored(&t),
-        [
-            ig("clusterDNS", "[10.96.0.10]", Impact::Behaviour),
-            ig("clusterDomain", "cluster.local", Impact::Behaviour),
-            ig("resolvConf", "/run/systemd/resolve/resolv.conf", Impact::Behaviour),
-        ]
-    );
+    assert_eq!(ignored(&t), [], "kubeadm's file sets nothing crilet ignores");
     assert_eq!(t.report.weaker().count(), 0, "kubeadm's defaults ask for nothing crilet cannot give");
     assert_eq!(t.settings.get("metrics-bind-address").and_then(Value::as_str), Some("127.0.0.1:10248"));
     assert_eq!(t.settings.get("cgroup-driver").and_then(Value::as_str), Some("systemd"));

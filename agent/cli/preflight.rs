@@ -47,6 +47,7 @@ const POD_LOGS_DIR: &str = "pod-logs-dir";
 const CONTAINER_LOGS_DIR: &str = "container-logs-dir";
 const CONTROL_SOCKET: &str = "control-socket";
 const API_SERVER: &str = "api-server";
+const POD_DNS: &str = "pod-dns";
 
 /// The settings `crilet run` would use, already resolved (flags over `--config` over defaults).
 #[derive(Debug, Clone)]
@@ -69,6 +70,8 @@ pub struct Config {
     pub kubeconfig: Option<PathBuf>,
     /// `--cgroup-driver`, if given.
     pub cgroup_driver: Option<crate::cgroup::CgroupDriver>,
+    /// `--cluster-dns`, `--cluster-domain`, `--resolv-conf`.
+    pub dns: crate::dns::DnsSettings,
 }
 
 /// The outcome of one check.
@@ -171,10 +174,63 @@ pub async fn run(cfg: &Config) -> Report {
     }
     checks.extend(runtime::checks(cfg).await);
     checks.extend(paths::checks(cfg).await);
+    let (dns, cluster) = (cfg.dns.clone(), cfg.kubeconfig.is_some());
+    checks.push(
+        crate::blocking(move || Ok(pod_dns_check(&dns, cluster)))
+            .await
+            .unwrap_or_else(|e| Check::fail(POD_DNS, format!("checking the host's resolver file: {e}"))),
+    );
     if let Some(kubeconfig) = &cfg.kubeconfig {
         checks.push(api_server_check(kubeconfig, &cfg.node_name).await);
     }
     Report { checks }
+}
+
+/// The pods' DNS settings, and the host's resolver file every pod's is formed from (read as a
+/// sandbox's is; blocks). Unusable, it fails every sandbox: FAIL. Over the kubelet's limits (its
+/// `CheckLimitsForResolvConf`), or a cluster node without `--cluster-dns` (its ClusterFirst
+/// pods fall back to the host's resolver): WARN.
+pub(crate) fn pod_dns_check(dns: &crate::dns::DnsSettings, cluster: bool) -> Check {
+    let host = match &dns.resolv_conf {
+        None => "no host resolver file (Default pods resolve through the node)".to_string(),
+        Some(path) => match crate::dns::read_host(dns) {
+            Ok(h) => format!(
+                "{}: {} nameserver(s), {} search domain(s)",
+                path.display(),
+                h.servers.len(),
+                h.searches.len()
+            ),
+            Err(e) => {
+                return Check::fail(
+                    POD_DNS,
+                    format!("{}: every pod's sandbox would fail", crate::error_chain(&e)),
+                );
+            }
+        },
+    };
+    if let Some(problem) = crate::dns::check_host(dns) {
+        return Check::warn(POD_DNS, problem);
+    }
+    let cluster_dns: Vec<String> = dns.cluster_dns.iter().map(ToString::to_string).collect();
+    match (cluster_dns.is_empty(), cluster) {
+        (true, true) => Check::warn(
+            POD_DNS,
+            format!(
+                "{host}; no --cluster-dns: ClusterFirst pods fall back to the host's resolver (MissingClusterDNS)"
+            ),
+        ),
+        (true, false) => {
+            Check::pass(POD_DNS, format!("{host}; no cluster DNS: ClusterFirst pods use the host's resolver"))
+        }
+        (false, _) => Check::pass(
+            POD_DNS,
+            format!(
+                "{host}; ClusterFirst pods: {} (domain {:?})",
+                cluster_dns.join(", "),
+                dns.cluster_domain
+            ),
+        ),
+    }
 }
 
 /// A `KubeletConfiguration` as `--config`: one PASS line naming what crilet takes from it (the

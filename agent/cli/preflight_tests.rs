@@ -772,7 +772,7 @@ fn kubelet_config_cases() {
                     taken("cgroupDriver", "cgroup-driver"),
                 ],
                 ignored: vec![
-                    ignored("clusterDNS", "[10.96.0.10]", Impact::Behaviour, "no cluster DNS"),
+                    ignored("evictionHard", "{memory.available: 200Mi}", Impact::Behaviour, "no eviction"),
                     ignored("authorization.mode", "AlwaysAllow", Impact::Stricter, "SubjectAccessReview"),
                     ignored("seccompDefault", "true", Impact::Weaker, "unconfined"),
                 ],
@@ -783,7 +783,7 @@ fn kubelet_config_cases() {
                     "KubeletConfiguration: takes staticPodPath (--pod-manifest-path), cgroupDriver (--cgroup-driver); \
                      3 field(s) ignored",
                 ),
-                warn(KUBELET_CONFIG, "clusterDNS: [10.96.0.10] ignored: no cluster DNS"),
+                warn(KUBELET_CONFIG, "evictionHard: {memory.available: 200Mi} ignored: no eviction"),
                 warn(
                     KUBELET_CONFIG,
                     "authorization.mode: AlwaysAllow ignored (security: crilet is stricter): SubjectAccessReview",
@@ -798,5 +798,78 @@ fn kubelet_config_cases() {
     ];
     for (name, report, want) in cases {
         assert_eq!(kubelet_config_checks(&report), want, "{name}");
+    }
+}
+
+#[test]
+fn pod_dns_cases() {
+    use crate::dns::DnsSettings;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let good = dir.path().join("resolv.conf");
+    fs::write(&good, "nameserver 10.0.0.2\nsearch lan\n").expect("write");
+    let bad = dir.path().join("bad.conf");
+    fs::write(&bad, "nameserver\n").expect("write");
+    let long = dir.path().join("long.conf");
+    fs::write(&long, format!("search {}\n", (0..33).map(|i| format!("d{i}")).collect::<Vec<_>>().join(" ")))
+        .expect("write");
+    let file = |p: &Path| DnsSettings { resolv_conf: Some(p.to_path_buf()), ..DnsSettings::default() };
+    let cluster_dns = DnsSettings {
+        cluster_dns: vec!["10.96.0.10".parse().expect("ip")],
+        cluster_domain: "cluster.local".into(),
+        ..file(&good)
+    };
+    let g = good.display();
+    // (what, settings, cluster mode, verdict, detail starts with)
+    let cases = [
+        (
+            "a static node without cluster DNS",
+            file(&good),
+            false,
+            Verdict::Pass,
+            format!("{g}: 1 nameserver(s), 1 search domain(s); no cluster DNS"),
+        ),
+        (
+            "a cluster node without cluster DNS",
+            file(&good),
+            true,
+            Verdict::Warn,
+            format!("{g}: 1 nameserver(s), 1 search domain(s); no --cluster-dns"),
+        ),
+        (
+            "cluster DNS",
+            cluster_dns,
+            true,
+            Verdict::Pass,
+            format!(
+                "{g}: 1 nameserver(s), 1 search domain(s); ClusterFirst pods: 10.96.0.10 (domain \"cluster.local\")"
+            ),
+        ),
+        (
+            "no host file",
+            DnsSettings { resolv_conf: None, ..DnsSettings::default() },
+            false,
+            Verdict::Pass,
+            "no host resolver file".into(),
+        ),
+        (
+            "a missing file fails",
+            file(&dir.path().join("nope")),
+            false,
+            Verdict::Fail,
+            "reading the host's resolver file".into(),
+        ),
+        (
+            "an unparsable file fails",
+            file(&bad),
+            false,
+            Verdict::Fail,
+            "parsing the host's resolver file".into(),
+        ),
+        ("a file over the limits warns", file(&long), false, Verdict::Warn, "Resolv.conf file".into()),
+    ];
+    for (what, settings, cluster, verdict, detail) in cases {
+        let c = pod_dns_check(&settings, cluster);
+        assert_eq!((c.verdict, c.name), (verdict, "pod-dns"), "{what}: {c:?}");
+        assert!(c.detail.starts_with(&detail), "{what}: {}", c.detail);
     }
 }

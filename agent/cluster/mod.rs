@@ -51,6 +51,8 @@ pub const KUBELET_VERSION: &str = "v1.36.3";
 pub struct ClusterConfig {
     pub kubeconfig: PathBuf,
     pub node_name: String,
+    /// The Node's hostname (label and address): `--hostname-override`, else the machine's.
+    pub hostname: String,
     pub node_ip: String,
     pub node_labels: BTreeMap<String, String>,
     pub max_pods: u32,
@@ -104,6 +106,7 @@ pub fn allocatable(
 ) -> BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity> {
     let facts = node_sync::read_facts(
         &cfg.node_name,
+        &cfg.hostname,
         &cfg.node_ip,
         BTreeMap::new(),
         cfg.max_pods,
@@ -221,6 +224,7 @@ pub fn start(
 ) -> (watch::Receiver<ManifestSet>, mpsc::UnboundedSender<(PodKey, String)>) {
     let facts = node_sync::read_facts(
         &cfg.node_name,
+        &cfg.hostname,
         &cfg.node_ip,
         cfg.node_labels.clone(),
         cfg.max_pods,

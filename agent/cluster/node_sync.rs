@@ -28,14 +28,10 @@ const STATUS_REPORT: Duration = Duration::from_secs(300);
 const LEASE_SECONDS: i32 = 40;
 const LEASE_RENEW: Duration = Duration::from_secs(10);
 
-/// The Node's Hostname address: the host's name, or the node's name when it cannot be read.
-pub fn hostname(node_name: &str) -> String {
-    crate::node::default_node_name().unwrap_or_else(|_| node_name.to_string())
-}
-
 /// Reads what the Node reports about this machine.
 pub fn read_facts(
     name: &str,
+    hostname: &str,
     node_ip: &str,
     labels: std::collections::BTreeMap<String, String>,
     max_pods: u32,
@@ -52,10 +48,9 @@ pub fn read_facts(
         .find_map(|l| l.strip_prefix("PRETTY_NAME="))
         .map(|v| v.trim_matches('"').to_string())
         .unwrap_or_else(|| "Linux".into());
-    let hostname = hostname(name);
     NodeFacts {
         name: name.to_string(),
-        hostname,
+        hostname: hostname.to_string(),
         node_ip: node_ip.to_string(),
         labels,
         cpus: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),

@@ -43,11 +43,10 @@ pub fn source(cert: Option<&Path>, key: Option<&Path>, rotate_server: bool) -> R
     }
 }
 
-/// The serving certificate's SANs for node `node_name` at `node_ip`: the Node's addresses, as
-/// the Node reports them.
-pub fn node_sans(node_name: &str, node_ip: &str) -> Sans {
-    let hostname = super::node_sync::hostname(node_name);
-    let addresses = super::node_object::addresses(node_ip, &hostname);
+/// The serving certificate's SANs for the node at `node_ip` named `hostname` (its Hostname
+/// address): the Node's addresses, as the Node reports them.
+pub fn node_sans(hostname: &str, node_ip: &str) -> Sans {
+    let addresses = super::node_object::addresses(node_ip, hostname);
     certificate::serving_sans(addresses.iter().map(|a| (a.type_.as_str(), a.address.as_str())))
 }
 

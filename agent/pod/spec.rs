@@ -13,8 +13,7 @@ use crate::cri::api;
 use crate::expand::expand;
 use crate::model::{DesiredPod, keys};
 pub use crate::node::{
-    HostDns, NodeConfig, container_log_path, legacy_log_symlink, pod_dir, pod_log_dir,
-    restart_count_from_logs,
+    NodeConfig, container_log_path, legacy_log_symlink, pod_dir, pod_log_dir, restart_count_from_logs,
 };
 use crate::status::qos_class;
 use crate::volumes::EnvSources;
@@ -78,44 +77,6 @@ fn namespace_options(pod: &Pod) -> api::NamespaceOption {
     }
 }
 
-fn dns_config(node: &NodeConfig, pod: &Pod) -> api::DnsConfig {
-    let s = spec(pod);
-    let policy = s.dns_policy.as_deref().unwrap_or("ClusterFirst");
-    // No cluster DNS on a static-pod node: ClusterFirst falls back to the host's resolver, as
-    // the kubelet does when clusterDNS is empty.
-    let mut dns = if policy == "None" {
-        api::DnsConfig::default()
-    } else {
-        api::DnsConfig {
-            servers: node.host_dns.servers.clone(),
-            searches: node.host_dns.searches.clone(),
-            options: node.host_dns.options.clone(),
-        }
-    };
-    if let Some(extra) = &s.dns_config {
-        for ns in extra.nameservers.iter().flatten() {
-            if !dns.servers.contains(ns) {
-                dns.servers.push(ns.clone());
-            }
-        }
-        for sd in extra.searches.iter().flatten() {
-            if !dns.searches.contains(sd) {
-                dns.searches.push(sd.clone());
-            }
-        }
-        for o in extra.options.iter().flatten() {
-            let text = match &o.value {
-                Some(v) => format!("{}:{v}", o.name.as_deref().unwrap_or("")),
-                None => o.name.clone().unwrap_or_default(),
-            };
-            let key = text.split(':').next().unwrap_or("").to_string();
-            dns.options.retain(|x| x.split(':').next() != Some(key.as_str()));
-            dns.options.push(text);
-        }
-    }
-    dns
-}
-
 /// R1.6: port mappings from the app containers' ports only.
 fn port_mappings(pod: &Pod) -> Vec<api::PortMapping> {
     let mut out = Vec::new();
@@ -140,8 +101,14 @@ fn port_mappings(pod: &Pod) -> Vec<api::PortMapping> {
     out
 }
 
-/// R1.1–R1.7: the sandbox config for attempt `attempt`.
-pub fn sandbox_config(node: &NodeConfig, d: &DesiredPod, attempt: u32) -> api::PodSandboxConfig {
+/// R1.1–R1.7: the sandbox config for attempt `attempt`, with the pod's resolver `dns` (formed by
+/// `crate::dns`, which reads the host's file).
+pub fn sandbox_config(
+    node: &NodeConfig,
+    d: &DesiredPod,
+    attempt: u32,
+    dns: api::DnsConfig,
+) -> api::PodSandboxConfig {
     let pod = &*d.pod;
     let s = spec(pod);
     let mut labels: HashMap<String, String> =
@@ -174,7 +141,7 @@ pub fn sandbox_config(node: &NodeConfig, d: &DesiredPod, attempt: u32) -> api::P
         }),
         hostname: hostname(pod),
         log_directory: pod_log_dir(node, d).display().to_string(),
-        dns_config: Some(dns_config(node, pod)),
+        dns_config: Some(dns),
         port_mappings: port_mappings(pod),
         labels,
         annotations,
@@ -445,14 +412,6 @@ mod tests {
 
     use super::*;
 
-    #[test]
-    fn resolv_conf() {
-        let d = HostDns::parse("# c\nnameserver 1.1.1.1\nnameserver 8.8.8.8\nsearch a b\noptions ndots:2\n");
-        assert_eq!(d.servers, vec!["1.1.1.1", "8.8.8.8"]);
-        assert_eq!(d.searches, vec!["a", "b"]);
-        assert_eq!(d.options, vec!["ndots:2"]);
-    }
-
     /// The sandbox's cgroup parent by QoS class under both drivers (the naming itself is
     /// table-tested in `cgroup::name`).
     #[test]
@@ -468,7 +427,7 @@ mod tests {
             container_logs_dir: None,
             node_name: "n".into(),
             host_ip: None,
-            host_dns: HostDns::default(),
+            dns: crate::dns::DnsSettings::default(),
             cgroup_driver: driver,
         };
         for (p, driver, want) in [

@@ -48,7 +48,22 @@ pub async fn create_sandbox(
     .await
     .map_err(|e| err("CreatePodSandboxError", e.to_string()))?;
     prepare_volumes(ctx, d).await?;
-    let config = sandbox_config(&ctx.node, d, attempt);
+    // The kubelet forms the resolver with each sandbox config; its warnings (no cluster DNS,
+    // limits exceeded) are events on the pod, recorded here where the resolver takes effect.
+    let dns = crate::dns::pod_dns(&ctx.node.dns, &d.pod, &d.key.namespace).await.map_err(|e| {
+        let e = crate::error_chain(&e);
+        ctx.exec.rec.warning(
+            &d.key,
+            None,
+            "FailedCreatePodSandBox",
+            format!("Failed to create pod sandbox: {e}"),
+        );
+        err("CreatePodSandboxError", e)
+    })?;
+    for w in dns.warnings {
+        ctx.exec.rec.warning(&d.key, None, w.reason, w.message);
+    }
+    let config = sandbox_config(&ctx.node, d, attempt, dns.config);
     let handler = d.pod.spec.as_ref().and_then(|s| s.runtime_class_name.clone()).unwrap_or_default();
     ctx.runtime_uids.claim(&d.uid);
     let id = ctx.exec.cri.run_sandbox(config, &handler).await.map_err(|e| {
@@ -63,6 +78,17 @@ pub async fn create_sandbox(
     // Its IPs; the sync also follows the pod from this status (`publish_started`).
     let status = ctx.exec.cri.sandbox_status(&id).await.ok();
     Ok((id, status))
+}
+
+/// The resolver of `d`'s sandbox, formed again for the CRI calls that carry the sandbox's config
+/// (pulls, container creates), as the kubelet does for each sync; the warnings were recorded
+/// when the sandbox was made. A host file that cannot be used is the kubelet's
+/// `ConfigPodSandboxError`.
+pub async fn sandbox_dns(node: &NodeConfig, d: &DesiredPod) -> Result<api::DnsConfig, StartError> {
+    match crate::dns::pod_dns(&node.dns, &d.pod, &d.key.namespace).await {
+        Ok(dns) => Ok(dns.config),
+        Err(e) => Err(err("ConfigPodSandboxError", crate::error_chain(&e))),
+    }
 }
 
 /// The reason of [`create_sandbox`]'s error when a volume could not be set up: the worker

@@ -17,7 +17,6 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as Q;
 
 use super::*;
-use crate::node::HostDns;
 
 /// An in-memory API server: objects by (namespace, name), tokens numbered per request, every
 /// call recorded.
@@ -127,7 +126,7 @@ pub(crate) fn node(root: &Path) -> NodeConfig {
         container_logs_dir: None,
         node_name: "n1".into(),
         host_ip: Some("10.0.0.1".into()),
-        host_dns: HostDns::default(),
+        dns: crate::dns::DnsSettings::default(),
         cgroup_driver: Default::default(),
     }
 }

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use crilet::cri::{CriClient, api};
 use crilet::model::{DesiredPod, PodKey};
 use crilet::node::{pod_dir, pod_log_dir};
-use crilet::pod::spec::{HostDns, Kind, NodeConfig, RuntimeValues, container_config, sandbox_config};
+use crilet::pod::spec::{Kind, NodeConfig, RuntimeValues, container_config, sandbox_config};
 use crilet::pod::start::hosts_file;
 use k8s_openapi::api::core::v1::Pod;
 
@@ -30,7 +30,7 @@ pub fn node(dir: &Path) -> NodeConfig {
         container_logs_dir: None,
         node_name: "bench-node".into(),
         host_ip: None,
-        host_dns: HostDns::default(),
+        dns: crilet::dns::DnsSettings::default(),
         cgroup_driver: Default::default(),
     }
 }
@@ -119,7 +119,7 @@ pub async fn start_pod_each(
     let spec = d.pod.spec.as_ref().expect("pod spec");
     mkdir(&pod_log_dir(node, d));
     mkdir(&pod_dir(node, &d.uid));
-    let sb_cfg = sandbox_config(node, d, 0);
+    let sb_cfg = sandbox_config(node, d, 0, Default::default());
     let sb = cri.run_sandbox(sb_cfg.clone(), "").await.expect("RunPodSandbox");
     // The pod cgroup's values, written as the agent (like the kubelet's pod container manager)
     // writes them before any container starts: not a CRI call, but it sets how much CPU the

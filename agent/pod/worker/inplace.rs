@@ -97,16 +97,28 @@ impl Worker {
             // Pull every new image before stopping anything: a failed pull leaves the old
             // container running.
             let attempt = observed.sandbox().map_or(0, |s| s.attempt);
-            let sb_config = sandbox_config(&ctx.node, &self.desired, attempt);
             let mut blocked: Vec<String> = Vec::new();
+            let sb_config = match changed.iter().any(|(name, _)| !state.pulled.contains_key(name)) {
+                false => None,
+                true => match crate::pod::start::sandbox_dns(&ctx.node, &self.desired).await {
+                    Ok(dns) => Some(sandbox_config(&ctx.node, &self.desired, attempt, dns)),
+                    Err(e) => {
+                        blocked.push(format!("{}: {}", e.reason, e.message));
+                        let at = now + 10_000_000_000;
+                        requeue = Some(requeue.map_or(at, |r| r.min(at)));
+                        None
+                    }
+                },
+            };
             for (name, image) in &changed {
+                let Some(sb_config) = &sb_config else { break };
                 if state.pulled.contains_key(name) {
                     continue;
                 }
                 let Some((spec, _)) = all_containers(&pod).into_iter().find(|(c, _)| &c.name == name) else {
                     continue;
                 };
-                match ensure_image(&ctx.starts.images, &self.desired, &spec, &sb_config, None).await {
+                match ensure_image(&ctx.starts.images, &self.desired, &spec, sb_config, None).await {
                     Ok(_) => match ctx.exec.cri.image_id(image).await {
                         Ok(Some(img)) => {
                             state.pull_errors.remove(image);

@@ -541,7 +541,20 @@ impl Worker {
                 None => return Ok(None),
             },
         };
-        let sb_config = sandbox_config(&ctx.node, &self.desired, attempt);
+        if the_plan.ephemeral_to_start.is_empty()
+            && the_plan.init_to_start.is_empty()
+            && the_plan.app_to_start.is_empty()
+        {
+            return Ok(update_requeue);
+        }
+        let sb_config = match crate::pod::start::sandbox_dns(&ctx.node, &self.desired).await {
+            Ok(dns) => sandbox_config(&ctx.node, &self.desired, attempt, dns),
+            Err(e) => {
+                // Retried after the kubelet's sync back-off, as a sandbox that failed.
+                warn!(error = %e.message, "forming the pod's sandbox config failed; retrying");
+                return Ok(Some(now_ns() + 10_000_000_000));
+            }
+        };
         // Starts are planned from the snapshot taken before kills; for the back-off check and
         // restart counts that snapshot is what the kubelet uses too (R6.6 nuance).
         // The in-place update's own wake-up (end of the drain wait, pull retry) must survive a

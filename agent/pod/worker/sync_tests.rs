@@ -15,7 +15,7 @@ use crate::cri::fake::FakeRuntime;
 use crate::ledger::Ledger;
 use crate::metrics::Metrics;
 use crate::model::{PodKey, PodSource};
-use crate::node::{HostDns, NodeConfig};
+use crate::node::NodeConfig;
 use crate::registry::Registry;
 
 const UID: &str = "crilet-unit-test-fake-runtime";
@@ -62,7 +62,8 @@ async fn node(fake: FakeRuntime, pod: DesiredPod) -> Node {
         container_logs_dir: None,
         node_name: "node1".into(),
         host_ip: None,
-        host_dns: HostDns::default(),
+        // No host resolver file: the syncs read nothing of the machine's.
+        dns: crate::dns::DnsSettings { resolv_conf: None, ..Default::default() },
         cgroup_driver: crate::cgroup::CgroupDriver::Cgroupfs,
     };
     let fake = Arc::new(fake);
