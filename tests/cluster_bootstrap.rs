@@ -121,8 +121,9 @@ fn der_of(path: &Path) -> Vec<u8> {
     x509_parser::pem::parse_x509_pem(&pem).expect("a PEM certificate").1.contents
 }
 
-/// The node's kubelet-serving CSRs (asked as the node itself), oldest first.
-fn serving_csrs(node: &Node) -> Vec<Value> {
+/// The node's kubelet-serving CSRs (asked as the node itself) made at `since` (RFC 3339, UTC)
+/// or later (an earlier run's node of the same name left its own), oldest first.
+fn serving_csrs(node: &Node, since: &str) -> Vec<Value> {
     let list = node.cluster.get_json(&["csr"]).unwrap_or_default();
     let mut csrs: Vec<Value> = list["items"]
         .as_array()
@@ -131,6 +132,7 @@ fn serving_csrs(node: &Node) -> Vec<Value> {
         .filter(|c| {
             c["spec"]["signerName"] == "kubernetes.io/kubelet-serving"
                 && c["spec"]["username"] == format!("system:node:{}", node.name)
+                && c["metadata"]["creationTimestamp"].as_str().is_some_and(|t| t >= since)
         })
         .cloned()
         .collect();
@@ -173,6 +175,7 @@ fn lease_renewed(node: &Node) -> Option<String> {
 #[tokio::test]
 async fn node_with_only_a_bootstrap_token_goes_ready_with_a_cluster_signed_certificate() {
     let started = Instant::now();
+    let since = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
     let dir = tempfile::tempdir().expect("tempdir");
     let kubeconfig = dir.path().join("kubelet.conf");
     let mut node = Node::start_bootstrapped("srv_tls_bootstrap", 10292, &kubeconfig, &[]).await;
@@ -253,7 +256,7 @@ async fn node_with_only_a_bootstrap_token_goes_ready_with_a_cluster_signed_certi
     assert!(status.starts_with("HTTP/1.1 "), "an HTTP answer: {status}");
     assert_eq!(std::fs::metadata(pki.join("kubelet.key")).unwrap().permissions().mode() & 0o777, 0o600);
     assert!(!pki.join("kubelet-server-current.pem").exists(), "no serving CSR without the flag");
-    assert!(serving_csrs(&node).is_empty(), "no kubelet-serving CSR without the flag");
+    assert!(serving_csrs(&node, &since).is_empty(), "no kubelet-serving CSR without the flag");
 
     // Restarted, the agent finds its kubeconfig's certificate valid: no second CSR, the same pair.
     node.agent.stop();
@@ -288,6 +291,7 @@ spec:
 /// One rotation test for both certificates, so the 3-minute signing duration is waited once.
 #[tokio::test]
 async fn client_and_serving_certificates_rotate_under_a_running_node() {
+    let since = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
     let dir = tempfile::tempdir().expect("tempdir");
     let kubeconfig = dir.path().join("kubelet.conf");
     let node =
@@ -300,7 +304,7 @@ async fn client_and_serving_certificates_rotate_under_a_running_node() {
     // kubelet API refuses every handshake.
     let ca = std::path::PathBuf::from(node.cluster.get("CRILET_CLUSTER_CA"));
     let csr = wait_for("a kubelet-serving CSR from the node", Duration::from_secs(30), || async {
-        serving_csrs(&node).into_iter().find(pending)
+        serving_csrs(&node, &since).into_iter().find(pending)
     })
     .await;
     assert_eq!(csr["spec"]["usages"], serde_json::json!(["digital signature", "server auth"]), "{csr}");
@@ -318,7 +322,10 @@ async fn client_and_serving_certificates_rotate_under_a_running_node() {
     let refused = served(node.port, &ca).await.expect_err("no serving certificate before approval");
     println!("before approval: {refused}");
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert!(serving_csrs(&node).iter().all(pending), "still pending: nothing in the cluster approves it");
+    assert!(
+        serving_csrs(&node, &since).iter().all(pending),
+        "still pending: nothing in the cluster approves it"
+    );
     assert!(served(node.port, &ca).await.is_err(), "still refused");
     assert!(
         full_log(&node).contains("no serving certificate available for the kubelet"),
@@ -386,7 +393,7 @@ async fn client_and_serving_certificates_rotate_under_a_running_node() {
         }
         // A new serving CSR: approved as an operator would; its certificate must then be served
         // by the same agent.
-        for csr in serving_csrs(&node).iter().filter(|c| pending(c)) {
+        for csr in serving_csrs(&node, &since).iter().filter(|c| pending(c)) {
             let name = csr["metadata"]["name"].as_str().unwrap_or("").to_string();
             if !approved.contains(&name) {
                 assert_eq!(csr["spec"]["usages"], serde_json::json!(["digital signature", "server auth"]));
