@@ -74,7 +74,8 @@ pub(crate) struct RunArgs {
     /// The kubelet API's port (TLS) [default: 10250]
     #[arg(long)]
     pub(crate) port: Option<u16>,
-    /// The kubelet API's serving certificate (PEM) [default: none]
+    /// The kubelet API's serving certificate (PEM) [default: none; then the CSR-issued one with
+    /// --rotate-server-certificates, else a self-signed one made in --cert-dir]
     #[arg(long)]
     pub(crate) tls_cert_file: Option<PathBuf>,
     /// The kubelet API's serving key (PEM) [default: none]
@@ -119,7 +120,8 @@ pub(crate) struct RunArgs {
     /// certificate goes to --cert-dir and --kubeconfig is written for it [default: none]
     #[arg(long)]
     pub(crate) bootstrap_kubeconfig: Option<PathBuf>,
-    /// Where the node's client certificates are kept (kubelet-client-current.pem)
+    /// Where the node's certificates are kept (kubelet-client-current.pem,
+    /// kubelet-server-current.pem, the self-signed kubelet.crt and kubelet.key)
     /// [default: <root-dir>/pki]
     #[arg(long)]
     pub(crate) cert_dir: Option<PathBuf>,
@@ -128,6 +130,11 @@ pub(crate) struct RunArgs {
     /// false otherwise, the kubelet's flag default]
     #[arg(long, num_args = 0..=1, default_missing_value = "true")]
     pub(crate) rotate_certificates: Option<bool>,
+    /// Ask the cluster for the kubelet API's serving certificate by a kubelet-serving CSR (SANs:
+    /// the Node's addresses) and renew it before it expires; the cluster does not approve these
+    /// by itself (the kubelet's serverTLSBootstrap) [default: false]
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub(crate) rotate_server_certificates: Option<bool>,
     /// DNS server IPs of the cluster, comma-separated or repeated: pods with dnsPolicy
     /// ClusterFirst resolve through them (without any, ClusterFirst falls back to Default, with
     /// a MissingClusterDNS event) [default: none]
@@ -192,6 +199,8 @@ impl RunArgs {
             self.bootstrap_kubeconfig = self.bootstrap_kubeconfig.or(file.bootstrap_kubeconfig);
             self.cert_dir = self.cert_dir.or(file.cert_dir);
             self.rotate_certificates = self.rotate_certificates.or(file.rotate_certificates);
+            self.rotate_server_certificates =
+                self.rotate_server_certificates.or(file.rotate_server_certificates);
             self.cluster_dns = self.cluster_dns.or(file.cluster_dns);
             self.cluster_domain = self.cluster_domain.or(file.cluster_domain);
             self.resolv_conf = self.resolv_conf.or(file.resolv_conf);
@@ -231,6 +240,13 @@ impl RunArgs {
             self.shutdown_grace_period.as_deref(),
             self.shutdown_grace_period_critical_pods.as_deref(),
         )?;
+        let rotate_server = self.rotate_server_certificates.unwrap_or(false);
+        if rotate_server && (self.tls_cert_file.is_some() || self.tls_private_key_file.is_some()) {
+            // As the kubelet, whose certificate manager then answers every handshake.
+            tracing::warn!(
+                "--rotate-server-certificates is on: --tls-cert-file/--tls-private-key-file are not served"
+            );
+        }
         let cluster = match self.kubeconfig.filter(|p| !p.as_os_str().is_empty()) {
             None => None,
             Some(kubeconfig) => {
@@ -264,8 +280,12 @@ impl RunArgs {
                         cert_dir: self.cert_dir.clone().unwrap_or_else(|| root_dir.join("pki")),
                     },
                     sync_frequency,
-                    tls_cert_file: self.tls_cert_file,
-                    tls_private_key_file: self.tls_private_key_file,
+                    serving: crilet::cluster::serving_cert::source(
+                        self.tls_cert_file.as_deref(),
+                        self.tls_private_key_file.as_deref(),
+                        rotate_server,
+                    )
+                    .map_err(anyhow::Error::msg)?,
                     client_ca_file: self.client_ca_file,
                 })
             }
@@ -384,8 +404,8 @@ pub(crate) struct ClusterSettings {
     pub(crate) config: crilet::cluster::ClusterConfig,
     /// How often API volumes are refreshed.
     pub(crate) sync_frequency: Duration,
-    pub(crate) tls_cert_file: Option<PathBuf>,
-    pub(crate) tls_private_key_file: Option<PathBuf>,
+    /// Where the kubelet API's serving certificate comes from.
+    pub(crate) serving: crilet::cluster::serving_cert::Source,
     pub(crate) client_ca_file: Option<PathBuf>,
 }
 

@@ -92,6 +92,31 @@ fn crilets_own_format_still_reads() {
 }
 
 #[test]
+fn serving_certificate_source_cases() {
+    use crilet::cluster::serving_cert::Source;
+    let files = Source::Files { cert: "/pki/kubelet.crt".into(), key: "/pki/kubelet.key".into() };
+    let cases = [
+        ("no TLS settings: self-signed", "", Source::SelfSigned),
+        ("serverTLSBootstrap: by CSR", "serverTLSBootstrap: true\n", Source::Csr),
+        ("serverTLSBootstrap false is the default", "serverTLSBootstrap: false\n", Source::SelfSigned),
+        ("the files", "tlsCertFile: /pki/kubelet.crt\ntlsPrivateKeyFile: /pki/kubelet.key\n", files),
+        (
+            "serverTLSBootstrap wins over the files, as the kubelet's",
+            "tlsCertFile: /pki/kubelet.crt\ntlsPrivateKeyFile: /pki/kubelet.key\nserverTLSBootstrap: true\n",
+            Source::Csr,
+        ),
+    ];
+    for (name, fields, want) in cases {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut args = args_with(&dir, &format!("{KUBELET}{fields}"));
+        args.kubeconfig = Some(dir.path().join("kubeconfig"));
+        args.node_ip = Some("10.0.0.5".into());
+        let s = args.resolve().expect("resolves");
+        assert_eq!(s.cluster.expect("cluster mode").serving, want, "{name}");
+    }
+}
+
+#[test]
 fn dns_flags() {
     let ip = |s: &str| s.parse::<std::net::IpAddr>().expect("ip");
     let strings = |l: &[&str]| Some(l.iter().map(|s| s.to_string()).collect::<Vec<_>>());

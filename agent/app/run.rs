@@ -114,6 +114,44 @@ fn log_kubelet_config(report: &crilet::cli::kubelet_config::Report) -> anyhow::R
     Ok(())
 }
 
+/// The kubelet API's serving certificate (see `crilet::cluster::serving_cert`); with
+/// `--rotate-server-certificates`, its rotation loop is started in `tasks` with `client` (the
+/// node's unthrottled one).
+async fn serving_slot(
+    c: &super::config::ClusterSettings,
+    tasks: &crilet::tasks::Tasks,
+    client: kube::Client,
+    cancel: CancellationToken,
+) -> anyhow::Result<crilet::cluster::cert_slot::CertSlot> {
+    use crilet::cluster::serving_cert::{self, Source};
+    let cfg = &c.config;
+    let sans = serving_cert::node_sans(&cfg.hostname, &cfg.node_ip);
+    match &c.serving {
+        Source::Files { cert, key } => Ok(crilet::kubelet_api::load_pair(cert, key)?),
+        Source::SelfSigned => {
+            let (dir, host) = (cfg.cert_dir.clone(), cfg.hostname.clone());
+            let made = tokio::task::spawn_blocking(move || {
+                serving_cert::self_signed(&dir, &host, &sans, std::time::SystemTime::now())
+            });
+            Ok(made.await.context("making the self-signed serving certificate")??)
+        }
+        Source::Csr => {
+            let slot = serving_cert::csr_slot(&cfg.cert_dir).await?;
+            let rotation = crilet::cluster::rotation::Rotation {
+                kind: crilet::cluster::certificate::Kind::Serving,
+                slot: slot.clone(),
+                client,
+                node_name: cfg.node_name.clone(),
+                sans,
+                cert_dir: cfg.cert_dir.clone(),
+                bootstrap_kubeconfig: None,
+            };
+            tasks.spawn("serving certificate rotation", crilet::cluster::rotation::run(rotation, cancel));
+            Ok(slot)
+        }
+    }
+}
+
 /// The long-lived loops `run_agent` waits for when the agent stops (see [`crilet::tasks`]).
 const RELIST: &str = "relist";
 const CONTROL_API: &str = "control API";
@@ -312,6 +350,7 @@ pub(crate) async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
                 }
             };
             let api_client = link.client.clone();
+            let api_heartbeat = link.heartbeat.clone();
             let (merged, gone) = crilet::cluster::start(
                 &tasks,
                 link,
@@ -327,27 +366,18 @@ pub(crate) async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
                 cancel.clone(),
             );
             sup = sup.with_api_pods(gone);
-            match (&c.tls_cert_file, &c.tls_private_key_file) {
-                (Some(cert), Some(key)) => {
-                    let ip: std::net::IpAddr =
-                        c.config.node_ip.parse().context("--node-ip for the kubelet API")?;
-                    let cfg = crilet::kubelet_api::Config {
-                        bind: std::net::SocketAddr::new(ip, c.config.port),
-                        cert_file: cert.clone(),
-                        key_file: key.clone(),
-                        client_ca_file: c.client_ca_file.clone(),
-                        node_name: c.config.node_name.clone(),
-                    };
-                    let server =
-                        crilet::kubelet_api::bind(cfg, api_client.clone(), registry.clone(), cri.clone())
-                            .await?;
-                    info!(address = %format!("{ip}:{}", c.config.port), "serving the kubelet API (TLS)");
-                    tasks.spawn("kubelet API server", server.serve(cancel.child_token()));
-                }
-                _ => warn!(
-                    "no --tls-cert-file/--tls-private-key-file: the kubelet API (kubectl logs) is not served"
-                ),
-            }
+            let serving = serving_slot(c, &tasks, api_heartbeat, cancel.clone()).await?;
+            let ip: std::net::IpAddr = c.config.node_ip.parse().context("--node-ip for the kubelet API")?;
+            let cfg = crilet::kubelet_api::Config {
+                bind: std::net::SocketAddr::new(ip, c.config.port),
+                serving,
+                client_ca_file: c.client_ca_file.clone(),
+                node_name: c.config.node_name.clone(),
+            };
+            let server =
+                crilet::kubelet_api::bind(cfg, api_client.clone(), registry.clone(), cri.clone()).await?;
+            info!(address = %format!("{ip}:{}", c.config.port), "serving the kubelet API (TLS)");
+            tasks.spawn("kubelet API server", server.serve(cancel.child_token()));
             merged
         }
         _ => manifests,

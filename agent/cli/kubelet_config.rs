@@ -393,14 +393,9 @@ fn rule(field: &str, value: &Value) -> Rule {
         ),
         "preloadedImagesVerificationAllowlist" => Rule::Ignore(Behaviour, NOT_IMPLEMENTED),
 
-        // Certificates: client certificate rotation is crilet's (`cluster::client_cert`); the
-        // serving certificate by CSR is not yet.
+        // Certificates: client and serving certificate rotation are crilet's (`cluster::rotation`).
         "rotateCertificates" => Rule::Take("rotate-certificates"),
-        "serverTLSBootstrap" => Rule::Same(
-            &["false"],
-            Behaviour,
-            "serving certificates by CSR are not implemented: give tlsCertFile and tlsPrivateKeyFile",
-        ),
+        "serverTLSBootstrap" => Rule::Take("rotate-server-certificates"),
 
         // The node object and its heartbeat (cluster::node_sync).
         "nodeStatusUpdateFrequency" => {

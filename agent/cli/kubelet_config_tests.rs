@@ -42,7 +42,7 @@ fn translate_cases() {
              maxPods: 50\nport: 10250\ncgroupDriver: systemd\nshutdownGracePeriod: 30s\n\
              shutdownGracePeriodCriticalPods: 10s\ncontainerLogMaxSize: 5Mi\ncontainerLogMaxFiles: 3\n\
              containerLogMonitorInterval: 5s\nkubeAPIQPS: 20\nkubeAPIBurst: 40\neventRecordQPS: 0\neventBurst: 7\n\
-             tlsCertFile: /pki/kubelet.crt\ntlsPrivateKeyFile: /pki/kubelet.key\n\
+             tlsCertFile: /pki/kubelet.crt\ntlsPrivateKeyFile: /pki/kubelet.key\nserverTLSBootstrap: true\n\
              imageServiceEndpoint: unix:///run/img.sock\n\
              clusterDNS: [10.96.0.10, fd00::a]\nclusterDomain: cluster.local\n\
              resolvConf: /run/systemd/resolve/resolv.conf\n\
@@ -65,6 +65,7 @@ fn translate_cases() {
                 "pod-manifest-path: /etc/kubernetes/manifests",
                 "port: 10250",
                 "resolv-conf: /run/systemd/resolve/resolv.conf",
+                "rotate-server-certificates: true",
                 "shutdown-grace-period-critical-pods: 10s",
                 "shutdown-grace-period: 30s",
                 "sync-frequency: 1m0s",
@@ -93,14 +94,12 @@ fn translate_cases() {
         (
             "fields crilet does not implement are ignored with their value",
             "evictionHard:\n  memory.available: 200Mi\n  nodefs.available: 10%\n\
-             serverTLSBootstrap: true\n\
              imageGCHighThresholdPercent: 90\nfailSwapOn: true\ncgroupsPerQOS: false\n\
              enforceNodeAllocatable: [pods, kube-reserved]\nstaticPodURL: http://example.com/pods\n\
              featureGates:\n  NodeSwap: true\nnodeStatusUpdateFrequency: 4s\n",
             vec![],
             vec![
                 ig("evictionHard", "{memory.available: 200Mi, nodefs.available: 10%}", Behaviour),
-                ig("serverTLSBootstrap", "true", Behaviour),
                 ig("imageGCHighThresholdPercent", "90", Behaviour),
                 ig("failSwapOn", "true", Behaviour),
                 ig("cgroupsPerQOS", "false", Behaviour),

@@ -12,7 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, PostParams};
 use tracing::info;
 
-use super::certificate::{self, CaSource};
+use super::certificate::{self, CaSource, Kind};
 
 /// How long a CSR may wait for approval and signing (the kubelet's bootstrap waits 1 h; its
 /// rotation 15 min): past it the caller retries with back-off.
@@ -61,12 +61,13 @@ pub enum CsrName<'a> {
     Generate,
 }
 
-/// Submits `csr_pem` for signer [`certificate::SIGNER`] with the kubelet's usages and waits
-/// up to `wait` for the signed certificate (PEM). A CSR of the same fixed name that exists
+/// Submits `csr_pem` for `kind`'s signer with the kubelet's usages and waits up to `wait` for
+/// the signed certificate (PEM). A CSR of the same fixed name that exists
 /// already is waited on (a restarted bootstrap asks with the same key). No `expirationSeconds`:
 /// the kubelet asks for none, so the cluster's `--cluster-signing-duration` decides.
 pub async fn request_certificate(
     client: &kube::Client,
+    kind: Kind,
     csr_pem: &str,
     name: CsrName<'_>,
     wait: Duration,
@@ -81,8 +82,8 @@ pub async fn request_certificate(
         metadata: meta,
         spec: CertificateSigningRequestSpec {
             request: ByteString(csr_pem.as_bytes().to_vec()),
-            signer_name: certificate::SIGNER.to_string(),
-            usages: Some(certificate::USAGES.iter().map(|u| u.to_string()).collect()),
+            signer_name: kind.signer().to_string(),
+            usages: Some(kind.usages().iter().map(|u| u.to_string()).collect()),
             ..Default::default()
         },
         status: None,
@@ -96,7 +97,7 @@ pub async fn request_certificate(
         (Err(source), CsrName::Fixed(n)) => return Err(CsrError::Create { name: n.to_string(), source }),
         (Err(source), CsrName::Generate) => return Err(CsrError::Create { name: "csr-…".into(), source }),
     };
-    info!(csr = %name, signer = certificate::SIGNER, "CertificateSigningRequest submitted; waiting for approval and signing");
+    info!(csr = %name, signer = kind.signer(), "CertificateSigningRequest submitted; waiting for approval and signing");
     // Approved is not the end: the signer writes the certificate after the approver.
     let decided = |c: Option<&CertificateSigningRequest>| {
         c.is_none_or(|c| !matches!(outcome(c), Outcome::Pending | Outcome::Approved))
@@ -188,7 +189,7 @@ pub struct Bootstrap {
 pub async fn ensure_client_certificate(b: &Bootstrap) -> Result<(), CsrError> {
     let now = SystemTime::now();
     let kubeconfig = b.kubeconfig.clone();
-    let current = certificate::current_path(&b.cert_dir);
+    let current = certificate::current_path(&b.cert_dir, Kind::Client);
     let (existing, stored) = crate::blocking(move || {
         let existing = certificate::read_kubeconfig(&kubeconfig);
         let stored = std::fs::read(&current).ok();
@@ -223,7 +224,7 @@ pub async fn ensure_client_certificate(b: &Bootstrap) -> Result<(), CsrError> {
     let key_path = certificate::pending_key_path(&b.cert_dir);
     let kp = key_path.clone();
     let key_pem = crate::blocking(move || Ok(std::fs::read_to_string(&kp).ok())).await.ok().flatten();
-    let req = certificate::request(&b.node_name, key_pem.as_deref())?;
+    let req = certificate::request(&b.node_name, &certificate::Sans::default(), key_pem.as_deref())?;
     if key_pem.is_none() {
         let (dir, kp, pem) = (b.cert_dir.clone(), key_path.clone(), req.key_pem.clone());
         crate::blocking(move || {
@@ -237,21 +238,23 @@ pub async fn ensure_client_certificate(b: &Bootstrap) -> Result<(), CsrError> {
             source,
         })?;
     }
+    let name = CsrName::Fixed(&req.name);
     let cert =
-        request_certificate(&client, &req.csr_pem, CsrName::Fixed(&req.name), Duration::from_secs(3600))
-            .await?;
-    let pair = store(&b.cert_dir, cert, req.key_pem).await?;
+        request_certificate(&client, Kind::Client, &req.csr_pem, name, Duration::from_secs(3600)).await?;
+    let pair = store(&b.cert_dir, Kind::Client, cert, req.key_pem).await?;
     info!(pair = %pair.display(), "client certificate issued and stored");
     write_kubeconfig(b, &boot).await
 }
 
-/// Stores a signed pair in `cert_dir` and makes it current (`certificate::store_pair`); a
-/// bootstrap's pending key is no longer needed then.
-pub async fn store(cert_dir: &Path, cert: String, key: String) -> Result<PathBuf, CsrError> {
+/// Stores a signed `kind` pair in `cert_dir` and makes it current (`certificate::store_pair`);
+/// a bootstrap's pending key is no longer needed then.
+pub async fn store(cert_dir: &Path, kind: Kind, cert: String, key: String) -> Result<PathBuf, CsrError> {
     let dir = cert_dir.to_path_buf();
     crate::blocking(move || {
-        let pair = certificate::store_pair(&dir, cert.as_bytes(), key.as_bytes(), SystemTime::now())?;
-        let _ = std::fs::remove_file(certificate::pending_key_path(&dir));
+        let pair = certificate::store_pair(&dir, kind, cert.as_bytes(), key.as_bytes(), SystemTime::now())?;
+        if kind == Kind::Client {
+            let _ = std::fs::remove_file(certificate::pending_key_path(&dir));
+        }
         Ok(pair)
     })
     .await
@@ -268,7 +271,7 @@ async fn write_kubeconfig(b: &Bootstrap, boot: &certificate::KubeconfigParts) ->
     let text = certificate::node_kubeconfig(
         &boot.server,
         boot.ca.as_ref().unwrap_or(&CaSource::None),
-        &certificate::current_path(&b.cert_dir),
+        &certificate::current_path(&b.cert_dir, Kind::Client),
     );
     let path = b.kubeconfig.clone();
     let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();

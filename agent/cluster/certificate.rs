@@ -1,28 +1,108 @@
-//! The node's client certificate as the kubelet keeps it: what a CertificateSigningRequest for
-//! it holds (`system:node:<name>` in `system:nodes`, the `kube-apiserver-client-kubelet` signer,
-//! the kubelet's usages), when it is due for rotation (the kubelet's jittered deadline), and
-//! where it lives on disk (`--cert-dir`: `kubelet-client-<timestamp>.pem`, cert and key in one
-//! file, 0600, and the `kubelet-client-current.pem` symlink). Asking the API server for one is
-//! `cluster::bootstrap`'s; serving it to connections is `cluster::client_cert`'s.
+//! The node's certificates as the kubelet keeps them, its client certificate and (with
+//! `--rotate-server-certificates`) the kubelet API's serving one: what a
+//! CertificateSigningRequest for each holds (`system:node:<name>` in `system:nodes`, the
+//! signer, the kubelet's usages, the serving one's SANs), when it is due for rotation (the
+//! kubelet's jittered deadline), and where it lives on disk (`--cert-dir`:
+//! `kubelet-{client,server}-<timestamp>.pem`, cert and key in one file, 0600, and the
+//! `-current.pem` symlink). Asking the API server for one is `cluster::bootstrap`'s; renewing
+//! it `cluster::rotation`'s; presenting it to connections `cluster::cert_slot`'s.
 
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-/// The signer of kubelet client certificates (the controller-manager's csrsigning signs it with
-/// the cluster CA; csrapproving approves it for bootstrappers and for nodes renewing their own).
-pub const SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
-
-/// The kubelet's usages for an ECDSA client key (`pkg/kubelet/certificate`): key encipherment
-/// is only asked for RSA keys.
-pub const USAGES: [&str; 2] = ["digital signature", "client auth"];
-
 /// The group every node's certificate names (the Node authorizer's).
 pub const NODES_GROUP: &str = "system:nodes";
 
-/// The file-name prefix of the client pair (`kubelet-client-…`), as the kubelet's store.
-pub const PAIR_PREFIX: &str = "kubelet-client";
+/// Which of the node's two certificates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// The node's identity towards the API server.
+    Client,
+    /// The kubelet API's (`serverTLSBootstrap`).
+    Serving,
+}
+
+impl Kind {
+    /// The signer: the client one is approved by the controller-manager's csrapproving (for
+    /// bootstrappers and nodes renewing their own) and signed by csrsigning; the serving one is
+    /// signed by csrsigning too, but nothing in the cluster approves it (its SANs are the
+    /// node's word), so an operator or an approver of their choosing does.
+    pub fn signer(self) -> &'static str {
+        match self {
+            Kind::Client => "kubernetes.io/kube-apiserver-client-kubelet",
+            Kind::Serving => "kubernetes.io/kubelet-serving",
+        }
+    }
+
+    /// The kubelet's usages for an ECDSA key (`pkg/kubelet/certificate`): key encipherment is
+    /// only asked for RSA keys, and the node's keys are ECDSA.
+    pub fn usages(self) -> &'static [&'static str] {
+        match self {
+            Kind::Client => &["digital signature", "client auth"],
+            Kind::Serving => &["digital signature", "server auth"],
+        }
+    }
+
+    /// The file-name prefix of the pair (`kubelet-client-…`), as the kubelet's stores.
+    pub fn prefix(self) -> &'static str {
+        match self {
+            Kind::Client => "kubelet-client",
+            Kind::Serving => "kubelet-server",
+        }
+    }
+
+    /// For logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Client => "client",
+            Kind::Serving => "serving",
+        }
+    }
+}
+
+/// A serving certificate's subject alternative names.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Sans {
+    pub dns: Vec<String>,
+    pub ips: Vec<std::net::IpAddr>,
+}
+
+impl Sans {
+    /// As rcgen writes them: the DNS names, then the IPs.
+    pub fn to_rcgen(&self) -> Result<Vec<rcgen::SanType>, rcgen::Error> {
+        let dns = self.dns.iter().map(|d| Ok(rcgen::SanType::DnsName(d.clone().try_into()?)));
+        let ips = self.ips.iter().map(|ip| Ok(rcgen::SanType::IpAddress(*ip)));
+        dns.chain(ips).collect()
+    }
+}
+
+/// The SANs of the node's serving certificate from the Node's addresses (type, address), as
+/// the kubelet's `addressesToHostnamesAndIPs`: host names and DNS names as DNS SANs, internal
+/// and external IPs as IP SANs, each once, in order; empty or unparsable ones left out.
+pub fn serving_sans<'a>(addresses: impl IntoIterator<Item = (&'a str, &'a str)>) -> Sans {
+    let mut sans = Sans::default();
+    for (kind, address) in addresses {
+        if address.is_empty() {
+            continue;
+        }
+        match kind {
+            "Hostname" | "InternalDNS" | "ExternalDNS" if !sans.dns.iter().any(|d| d == address) => {
+                sans.dns.push(address.to_string());
+            }
+            "InternalIP" | "ExternalIP" => {
+                if let Ok(ip) = address.parse()
+                    && !sans.ips.contains(&ip)
+                {
+                    sans.ips.push(ip);
+                }
+            }
+            _ => {}
+        }
+    }
+    sans
+}
 
 /// The user a node's client certificate names.
 pub fn node_user(node_name: &str) -> String {
@@ -39,9 +119,10 @@ pub struct KeyAndRequest {
     pub name: String,
 }
 
-/// A request for node `node_name`'s client certificate, for `key_pem` (a PKCS#8 PEM key, reused
-/// across attempts so a retried bootstrap finds its own CSR) or a new key.
-pub fn request(node_name: &str, key_pem: Option<&str>) -> Result<KeyAndRequest, rcgen::Error> {
+/// A request for a certificate of node `node_name` with `sans` (none for the client one), for
+/// `key_pem` (a PKCS#8 PEM key, reused across attempts so a retried bootstrap finds its own CSR)
+/// or a new key. The usages are not in the request: the CSR object carries them.
+pub fn request(node_name: &str, sans: &Sans, key_pem: Option<&str>) -> Result<KeyAndRequest, rcgen::Error> {
     use rcgen::PublicKeyData;
     let key = match key_pem {
         Some(pem) => rcgen::KeyPair::from_pem(pem)?,
@@ -52,10 +133,16 @@ pub fn request(node_name: &str, key_pem: Option<&str>) -> Result<KeyAndRequest, 
     params.distinguished_name = rcgen::DistinguishedName::new();
     params.distinguished_name.push(rcgen::DnType::OrganizationName, NODES_GROUP);
     params.distinguished_name.push(rcgen::DnType::CommonName, node_user(node_name));
+    params.subject_alt_names = sans.to_rcgen()?;
     let csr = params.serialize_request(&key)?;
     let user = node_user(node_name);
     Ok(KeyAndRequest {
-        name: bootstrap_csr_name(&key.subject_public_key_info(), &user, &[NODES_GROUP], &USAGES),
+        name: bootstrap_csr_name(
+            &key.subject_public_key_info(),
+            &user,
+            &[NODES_GROUP],
+            Kind::Client.usages(),
+        ),
         key_pem: key.serialize_pem(),
         csr_pem: csr.pem()?,
     })
@@ -100,7 +187,12 @@ impl CertInfo {
 /// The first certificate of a PEM text, `None` when there is none or it does not parse.
 pub fn cert_info(pem: &[u8]) -> Option<CertInfo> {
     let (_, der) = x509_parser::pem::parse_x509_pem(pem).ok()?;
-    let cert = der.parse_x509().ok()?;
+    cert_info_der(&der.contents)
+}
+
+/// [`cert_info`] of a DER certificate.
+pub fn cert_info_der(der: &[u8]) -> Option<CertInfo> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
     let at = |t: x509_parser::time::ASN1Time| {
         let secs = t.timestamp();
         if secs >= 0 {
@@ -133,39 +225,42 @@ pub fn rotation_deadline(not_before: SystemTime, not_after: SystemTime, jitter: 
     not_before + total.mul_f64(fraction)
 }
 
-/// The name of the pair file written at `at` (UTC): `kubelet-client-2006-01-02-15-04-05.pem`,
-/// the kubelet's layout, so tools that look for it find it.
-pub fn pair_file_name(at: SystemTime) -> String {
+/// The name of the `kind` pair file written at `at` (UTC):
+/// `kubelet-client-2006-01-02-15-04-05.pem`, the kubelet's layout, so tools that look for it
+/// find it.
+pub fn pair_file_name(kind: Kind, at: SystemTime) -> String {
     let ts = jiff::Timestamp::try_from(at).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
-    format!("{PAIR_PREFIX}-{}.pem", ts.strftime("%Y-%m-%d-%H-%M-%S"))
+    format!("{}-{}.pem", kind.prefix(), ts.strftime("%Y-%m-%d-%H-%M-%S"))
 }
 
-/// The symlink to the pair in use, which the kubeconfig names.
-pub fn current_path(cert_dir: &Path) -> PathBuf {
-    cert_dir.join(format!("{PAIR_PREFIX}-current.pem"))
+/// The symlink to the `kind` pair in use (the client one is what the kubeconfig names).
+pub fn current_path(cert_dir: &Path, kind: Kind) -> PathBuf {
+    cert_dir.join(format!("{}-current.pem", kind.prefix()))
 }
 
 /// Where a bootstrap keeps its key until the certificate arrives (the kubelet's
 /// `kubelet-client.key.tmp`): a restarted bootstrap asks again with the same key.
 pub fn pending_key_path(cert_dir: &Path) -> PathBuf {
-    cert_dir.join(format!("{PAIR_PREFIX}.key.tmp"))
+    cert_dir.join(format!("{}.key.tmp", Kind::Client.prefix()))
 }
 
-/// Writes `cert_pem` and `key_pem` to a new timestamped file in `cert_dir` (0600, fsynced) and
-/// points `kubelet-client-current.pem` at it (a new symlink renamed over the old one, so a
-/// reader sees the old pair or the new one). Blocks on the disk. Returns the pair's path.
+/// Writes `cert_pem` and `key_pem` to a new timestamped `kind` file in `cert_dir` (0600,
+/// fsynced) and points `kubelet-<kind>-current.pem` at it (a new symlink renamed over the old
+/// one, so a reader sees the old pair or the new one). Blocks on the disk. Returns the pair's
+/// path.
 pub fn store_pair(
     cert_dir: &Path,
+    kind: Kind,
     cert_pem: &[u8],
     key_pem: &[u8],
     now: SystemTime,
 ) -> std::io::Result<PathBuf> {
     std::fs::create_dir_all(cert_dir)?;
-    let mut path = cert_dir.join(pair_file_name(now));
+    let mut path = cert_dir.join(pair_file_name(kind, now));
     // Two rotations in one second (a test's short certificates) must not share a file.
     let mut n = 1;
     while path.exists() {
-        path = cert_dir.join(format!("{}.{n}", pair_file_name(now)));
+        path = cert_dir.join(format!("{}.{n}", pair_file_name(kind, now)));
         n += 1;
     }
     let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path)?;
@@ -175,10 +270,10 @@ pub fn store_pair(
     }
     f.write_all(key_pem)?;
     f.sync_all()?;
-    let updated = cert_dir.join(format!("{PAIR_PREFIX}-updated.pem"));
+    let updated = cert_dir.join(format!("{}-updated.pem", kind.prefix()));
     let _ = std::fs::remove_file(&updated);
     std::os::unix::fs::symlink(&path, &updated)?;
-    std::fs::rename(&updated, current_path(cert_dir))?;
+    std::fs::rename(&updated, current_path(cert_dir, kind))?;
     std::fs::File::open(cert_dir)?.sync_all()?;
     Ok(path)
 }

@@ -13,105 +13,29 @@
 //! watches again at once on a new connection; a request in flight at that moment fails and is
 //! retried by its loop, as after any network error.
 //!
-//! [`run`] is the rotation loop: at the kubelet's jittered deadline (70–90 % of the
-//! certificate's life) it makes a new key, asks for a certificate with the node's own identity
-//! (or the bootstrap credentials once the current one has expired), stores the pair in
-//! `--cert-dir` and puts it in the slot.
+//! `cluster::rotation` renews the certificate in the slot (with the node's own identity, or the
+//! bootstrap credentials once the current one has expired).
 
 use std::future::Future;
-use std::path::PathBuf;
 use std::pin::Pin;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::{Duration, SystemTime};
 
 use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
 use hyper_util::rt::TokioExecutor;
 use kube::client::ConfigExt;
 use rustls::client::ResolvesClientCert;
 use rustls::sign::CertifiedKey;
-use tokio::sync::watch;
-use tokio_util::sync::CancellationToken;
 use tower::ServiceBuilder;
-use tracing::{info, warn};
 
-use super::bootstrap::{self, CsrName};
-use super::certificate::{self, CertInfo};
+use super::cert_slot::CertSlot;
 use super::throttle::{Limit, ThrottleLayer};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// A client pair as the slot holds it.
-struct Pair {
-    key: Arc<CertifiedKey>,
-    info: CertInfo,
-}
-
 /// The node's current client certificate, shared by every connection's handshake; a swap
-/// closes the connections made before it.
-#[derive(Clone)]
-pub struct ClientCertSlot {
-    pair: Arc<RwLock<Arc<Pair>>>,
-    generation: Arc<watch::Sender<u64>>,
-}
-
-impl std::fmt::Debug for ClientCertSlot {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ClientCertSlot").field("generation", &*self.generation.borrow()).finish()
-    }
-}
-
-/// Parses a certificate chain and its key (PEM) into what rustls presents.
-fn parse_pair(cert_pem: &[u8], key_pem: &[u8]) -> Result<Pair, String> {
-    use rustls_pki_types::pem::PemObject;
-    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem)
-        .collect::<Result<_, _>>()
-        .map_err(|e| format!("the certificate PEM: {e}"))?;
-    if certs.is_empty() {
-        return Err("no certificate in the PEM".into());
-    }
-    let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| format!("the key PEM: {e}"))?;
-    let info = certificate::cert_info(cert_pem).ok_or("the certificate does not parse")?;
-    let provider = rustls::crypto::ring::default_provider();
-    let key =
-        CertifiedKey::from_der(certs, key, &provider).map_err(|e| format!("the key and certificate: {e}"))?;
-    Ok(Pair { key: Arc::new(key), info })
-}
-
-impl ClientCertSlot {
-    /// A slot holding `cert_pem` and `key_pem`.
-    pub fn new(cert_pem: &[u8], key_pem: &[u8]) -> Result<Self, String> {
-        Ok(ClientCertSlot {
-            pair: Arc::new(RwLock::new(Arc::new(parse_pair(cert_pem, key_pem)?))),
-            generation: Arc::new(watch::channel(0).0),
-        })
-    }
-
-    /// The certificate in use.
-    pub fn info(&self) -> CertInfo {
-        self.current().info.clone()
-    }
-
-    fn current(&self) -> Arc<Pair> {
-        match self.pair.read() {
-            Ok(p) => p.clone(),
-            Err(poisoned) => poisoned.into_inner().clone(),
-        }
-    }
-
-    /// Puts a new pair in: new handshakes present it, and every connection made before is
-    /// closed.
-    pub fn swap(&self, cert_pem: &[u8], key_pem: &[u8]) -> Result<(), String> {
-        let pair = Arc::new(parse_pair(cert_pem, key_pem)?);
-        match self.pair.write() {
-            Ok(mut p) => *p = pair,
-            Err(poisoned) => *poisoned.into_inner() = pair,
-        }
-        self.generation.send_modify(|g| *g += 1);
-        Ok(())
-    }
-}
+/// closes the connections made before it (see the module's doc).
+pub type ClientCertSlot = CertSlot;
 
 /// rustls asks this at each handshake.
 #[derive(Debug)]
@@ -119,7 +43,7 @@ struct Resolver(ClientCertSlot);
 
 impl ResolvesClientCert for Resolver {
     fn resolve(&self, _hints: &[&[u8]], _schemes: &[rustls::SignatureScheme]) -> Option<Arc<CertifiedKey>> {
-        Some(self.0.current().key.clone())
+        self.0.key()
     }
 
     fn has_certs(&self) -> bool {
@@ -152,7 +76,7 @@ where
     fn call(&mut self, uri: http::Uri) -> Self::Future {
         // Subscribed before the handshake: a swap during it closes this connection too, since
         // it may have presented the old certificate.
-        let mut generation = self.slot.generation.subscribe();
+        let mut generation = self.slot.generation();
         let connecting = self.inner.call(uri);
         Box::pin(async move {
             let io = connecting.await.map_err(Into::into)?;
@@ -259,76 +183,4 @@ pub fn client(config: &kube::Config, slot: &ClientCertSlot, limit: Limit) -> Res
     Ok(kube::client::ClientBuilder::new(service, config.default_namespace.clone())
         .with_layer(&ThrottleLayer::new(limit))
         .build())
-}
-
-/// What the rotation loop needs.
-pub struct Rotation {
-    pub slot: ClientCertSlot,
-    /// An unthrottled client on the slot: the node asks for its next certificate as itself.
-    pub client: kube::Client,
-    pub node_name: String,
-    pub cert_dir: PathBuf,
-    /// `--bootstrap-kubeconfig`, used when the current certificate has expired (a node that
-    /// was down past its certificate's life asks as a bootstrapper again, as the kubelet).
-    pub bootstrap_kubeconfig: Option<PathBuf>,
-}
-
-/// Renews the client certificate at each rotation deadline until `cancel`.
-pub async fn run(r: Rotation, cancel: CancellationToken) {
-    let mut retry = Duration::from_secs(2);
-    let mut deadline = None;
-    loop {
-        let info = r.slot.info();
-        let due = *deadline.get_or_insert_with(|| {
-            let due = certificate::rotation_deadline(info.not_before, info.not_after, fastrand::f64());
-            let at = jiff::Timestamp::try_from(due).map(|t| t.to_string()).unwrap_or_default();
-            info!(deadline = %at, not_after = ?info.not_after, "client certificate rotation scheduled");
-            due
-        });
-        let wait = due.duration_since(SystemTime::now()).unwrap_or_default();
-        tokio::select! {
-            _ = cancel.cancelled() => return,
-            _ = tokio::time::sleep(wait) => {}
-        }
-        info!(common_name = %info.common_name, "rotating the client certificate");
-        match renew(&r, &info).await {
-            Ok(()) => {
-                retry = Duration::from_secs(2);
-                deadline = None;
-            }
-            Err(e) => {
-                warn!(error = %crate::error_chain(&e), retry_in_s = retry.as_secs(), "rotating the client certificate failed; retrying");
-                tokio::select! {
-                    _ = cancel.cancelled() => return,
-                    _ = tokio::time::sleep(retry) => {}
-                }
-                retry = (retry * 2).min(Duration::from_secs(300));
-            }
-        }
-    }
-}
-
-/// One rotation: a new key, a CSR, the pair stored and swapped in.
-async fn renew(r: &Rotation, current: &CertInfo) -> Result<(), bootstrap::CsrError> {
-    let req = certificate::request(&r.node_name, None)?;
-    let client = match &r.bootstrap_kubeconfig {
-        Some(boot) if !current.valid_at(SystemTime::now()) => {
-            warn!("the client certificate has expired; asking for a new one with the bootstrap credentials");
-            super::connect::client(boot)
-                .await
-                .map_err(|e| bootstrap::CsrError::Bootstrap { path: boot.clone(), reason: e.reason })?
-        }
-        _ => r.client.clone(),
-    };
-    let cert =
-        bootstrap::request_certificate(&client, &req.csr_pem, CsrName::Generate, bootstrap::CSR_WAIT).await?;
-    let pair = bootstrap::store(&r.cert_dir, cert.clone(), req.key_pem.clone()).await?;
-    r.slot.swap(cert.as_bytes(), req.key_pem.as_bytes()).map_err(|reason| bootstrap::CsrError::File {
-        what: "loading the new pair",
-        path: pair.clone(),
-        source: std::io::Error::other(reason),
-    })?;
-    let info = r.slot.info();
-    info!(pair = %pair.display(), not_after = ?info.not_after, "client certificate rotated; connections made with the old one closed");
-    Ok(())
 }

@@ -10,6 +10,7 @@
 
 pub mod admit;
 pub mod bootstrap;
+pub mod cert_slot;
 pub mod certificate;
 pub mod client_cert;
 pub mod connect;
@@ -19,6 +20,8 @@ pub mod mirror;
 pub mod node_object;
 pub mod node_sync;
 pub mod pods;
+pub mod rotation;
+pub mod serving_cert;
 pub mod status_sync;
 pub mod throttle;
 
@@ -176,7 +179,8 @@ pub async fn connect(cfg: &ClusterConfig, registry: &Registry) -> anyhow::Result
 /// current pair if it is valid (a rotated one, newer than what the kubeconfig names), else the
 /// kubeconfig's own client certificate and key.
 async fn initial_slot(cfg: &ClusterConfig) -> anyhow::Result<client_cert::ClientCertSlot> {
-    let (kubeconfig, current) = (cfg.kubeconfig.clone(), certificate::current_path(&cfg.cert_dir));
+    let (kubeconfig, current) =
+        (cfg.kubeconfig.clone(), certificate::current_path(&cfg.cert_dir, certificate::Kind::Client));
     let (parts, stored) = crate::blocking(move || {
         Ok((certificate::read_kubeconfig(&kubeconfig), std::fs::read(&current).ok()))
     })
@@ -265,14 +269,16 @@ pub fn start(
     );
 
     if let Some(slot) = link.cert_slot.clone() {
-        let rotation = client_cert::Rotation {
+        let rotation = rotation::Rotation {
+            kind: certificate::Kind::Client,
             slot,
             client: link.heartbeat.clone(),
             node_name: cfg.node_name.clone(),
+            sans: certificate::Sans::default(),
             cert_dir: cfg.cert_dir.clone(),
             bootstrap_kubeconfig: cfg.bootstrap_kubeconfig.clone(),
         };
-        tasks.spawn("client certificate rotation", client_cert::run(rotation, cancel.clone()));
+        tasks.spawn("client certificate rotation", rotation::run(rotation, cancel.clone()));
     }
 
     let (api_tx, api_rx) = watch::channel(ApiPods::default());

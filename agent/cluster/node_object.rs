@@ -136,15 +136,21 @@ pub fn conditions(
     ]
 }
 
+/// The Node's addresses: `--node-ip` as its InternalIP, and the host name (the serving
+/// certificate's SANs come from these, as the kubelet's).
+pub fn addresses(node_ip: &str, hostname: &str) -> Vec<NodeAddress> {
+    vec![
+        NodeAddress { type_: "InternalIP".into(), address: node_ip.to_string() },
+        NodeAddress { type_: "Hostname".into(), address: hostname.to_string() },
+    ]
+}
+
 /// The status the agent writes (conditions from [`conditions`]).
 pub fn status(f: &NodeFacts, conditions: Vec<NodeCondition>) -> NodeStatus {
     NodeStatus {
         capacity: Some(capacity(f)),
         allocatable: Some(allocatable(f)),
-        addresses: Some(vec![
-            NodeAddress { type_: "InternalIP".into(), address: f.node_ip.clone() },
-            NodeAddress { type_: "Hostname".into(), address: f.hostname.clone() },
-        ]),
+        addresses: Some(addresses(&f.node_ip, &f.hostname)),
         daemon_endpoints: Some(NodeDaemonEndpoints {
             kubelet_endpoint: Some(DaemonEndpoint { port: i32::from(f.port) }),
         }),

@@ -37,7 +37,8 @@ use tracing::{debug, info, warn};
 
 use self::auth::{Authenticator, KubeReviewer, Reviewer};
 use self::routes::KubeletApi;
-pub use self::tls::{BindError, ClientCaError};
+pub use self::tls::{BindError, ClientCaError, load_pair};
+use crate::cluster::cert_slot::CertSlot;
 use crate::cri::CriClient;
 use crate::registry::Registry;
 
@@ -51,9 +52,8 @@ const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct Config {
     /// `--node-ip`:`--port`.
     pub bind: SocketAddr,
-    /// `--tls-cert-file` (PEM chain, the serving certificate first) and `--tls-private-key-file`.
-    pub cert_file: PathBuf,
-    pub key_file: PathBuf,
+    /// The serving certificate, asked at each handshake (see `cluster::serving_cert`).
+    pub serving: CertSlot,
     /// `--client-ca-file`: client certificates are verified against it (and not required).
     pub client_ca_file: Option<PathBuf>,
     /// The Node's name: the object that access is reviewed on (`nodes/<name>/<subresource>`).
@@ -67,7 +67,7 @@ pub struct Server {
     api: Arc<KubeletApi<KubeReviewer>>,
 }
 
-/// Reads the certificate files and binds the address now, so a bad file or a busy address stops
+/// Reads the client CA file and binds the address now, so a bad file or a busy address stops
 /// the agent at start with the file (or address) and the reason ([`BindError`]). Reviews go to
 /// the API server through `client`; pods are looked up in `registry`.
 pub async fn bind(
@@ -76,7 +76,7 @@ pub async fn bind(
     registry: Registry,
     cri: CriClient,
 ) -> anyhow::Result<Server> {
-    let tls = tls::server_config(&cfg.cert_file, &cfg.key_file, cfg.client_ca_file.as_deref())?;
+    let tls = tls::server_config(cfg.serving, cfg.client_ca_file.as_deref())?;
     let listener = TcpListener::bind(cfg.bind)
         .await
         .map_err(|source| BindError::Listen { address: cfg.bind, source })?;

@@ -30,7 +30,8 @@ use super::auth::{
 };
 use super::logs::{LogFilter, LogOptions, OpenError, QueryError, fixed_nanos, open, parse_query};
 use super::routes::KubeletApi;
-use super::tls::{BindError, certificate_user, server_config};
+use super::tls::{BindError, certificate_user, server_config, server_config_from_files};
+use crate::cluster::cert_slot::CertSlot;
 use crate::fixtures::{pod, running, waiting, with_last_exit};
 use crate::logs::RecordSink;
 use crate::model::PodKey;
@@ -455,6 +456,11 @@ struct TestServer {
 
 impl TestServer {
     async fn start() -> Self {
+        Self::start_with(None).await
+    }
+
+    /// Serving `slot`'s certificate if given, else a certificate of the test CA from files.
+    async fn start_with(slot: Option<CertSlot>) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let ca = Ca::new("test CA");
         let serving =
@@ -464,7 +470,10 @@ impl TestServer {
         std::fs::write(&cert, serving.cert).expect("write cert");
         std::fs::write(&key, serving.key).expect("write key");
         std::fs::write(&ca_file, ca.pem()).expect("write CA");
-        let tls = server_config(&cert, &key, Some(&ca_file)).expect("TLS config from the files");
+        let tls = match slot {
+            Some(slot) => server_config(slot, Some(&ca_file)).expect("TLS config on the slot"),
+            None => server_config_from_files(&cert, &key, Some(&ca_file)).expect("TLS config from the files"),
+        };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("local addr");
         let reviewer = fake();
@@ -567,7 +576,7 @@ fn bad_files_are_named() {
     std::fs::write(path("empty.crt"), "").expect("write");
     let err = |cert: &str, key: &str, ca: Option<&str>| {
         let ca = ca.map(path);
-        let e = server_config(&path(cert), &path(key), ca.as_deref()).expect_err("refused");
+        let e = server_config_from_files(&path(cert), &path(key), ca.as_deref()).expect_err("refused");
         (format!("{e}"), e)
     };
     let (msg, e) = err("missing.crt", "tls.key", None);
@@ -582,7 +591,7 @@ fn bad_files_are_named() {
     );
     let (msg, e) = err("tls.crt", "tls.key", Some("empty.crt"));
     assert!(matches!(e, BindError::NoCertificate { what: "client CA", .. }), "{msg}");
-    server_config(&path("tls.crt"), &path("tls.key"), None).expect("no client CA is fine");
+    server_config_from_files(&path("tls.crt"), &path("tls.key"), None).expect("no client CA is fine");
 }
 
 #[tokio::test]
@@ -819,4 +828,37 @@ fn serving_is_send(server: super::Server, cancel: CancellationToken) {
 fn no_runtime() -> crate::cri::CriClient {
     crate::cri::CriClient::new("unix:///nonexistent/cri.sock", "unix:///nonexistent/cri.sock")
         .expect("lazy client")
+}
+
+/// The certificate a new connection to `server` is served, or why the handshake failed.
+async fn served_certificate(server: &TestServer, tls: &TlsConnector) -> Result<Vec<u8>, String> {
+    let tcp = TcpStream::connect(server.addr).await.map_err(|e| e.to_string())?;
+    let name = ServerName::try_from("127.0.0.1").map_err(|e| e.to_string())?;
+    let stream = tls.connect(name, tcp).await.map_err(|e| e.to_string())?;
+    let certs = stream.get_ref().1.peer_certificates().ok_or("no certificate")?;
+    Ok(certs[0].to_vec())
+}
+
+#[tokio::test]
+async fn handshakes_fail_without_a_serving_certificate_and_new_ones_get_the_rotated_one() {
+    let slot = CertSlot::empty();
+    let server = TestServer::start_with(Some(slot.clone())).await;
+    let tls = server.client(None, &[]);
+    let refused = served_certificate(&server, &tls).await.expect_err("no certificate yet: no handshake");
+    assert!(refused.contains("alert"), "the server refuses with an alert: {refused}");
+
+    let der = |p: &Pem| CertificateDer::from_pem_slice(p.cert.as_bytes()).expect("cert pem").to_vec();
+    let first = server.ca.issue("node1", None, &["127.0.0.1"], ExtendedKeyUsagePurpose::ServerAuth);
+    slot.swap(first.cert.as_bytes(), first.key.as_bytes()).expect("first pair");
+    assert_eq!(served_certificate(&server, &tls).await.as_deref(), Ok(der(&first).as_slice()));
+    let resp = server.get(&tls, "/healthz", None).await.expect("an answer over the first certificate");
+    assert_eq!(resp.status(), StatusCode::UNAUTHORIZED, "anonymous: served, then refused by authn");
+
+    // Rotated with no restart: the next full handshake presents the new certificate (a new
+    // client: one that resumes its TLS session keeps the certificate it was authenticated with).
+    let second = server.ca.issue("node1", None, &["127.0.0.1"], ExtendedKeyUsagePurpose::ServerAuth);
+    slot.swap(second.cert.as_bytes(), second.key.as_bytes()).expect("second pair");
+    let fresh = server.client(None, &[]);
+    assert_eq!(served_certificate(&server, &fresh).await.as_deref(), Ok(der(&second).as_slice()));
+    server.cancel.cancel();
 }
