@@ -104,16 +104,7 @@ impl ClusterLink {
 pub fn allocatable(
     cfg: &ClusterConfig,
 ) -> BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity> {
-    let facts = node_sync::read_facts(
-        &cfg.node_name,
-        &cfg.hostname,
-        &cfg.node_ip,
-        BTreeMap::new(),
-        cfg.max_pods,
-        cfg.port,
-        &cfg.root_dir,
-        String::new(),
-    );
+    let facts = node_sync::read_facts(cfg, String::new());
     node_object::allocatable(&facts)
 }
 
@@ -222,16 +213,7 @@ pub fn start(
     shutting_down: watch::Receiver<bool>,
     cancel: CancellationToken,
 ) -> (watch::Receiver<ManifestSet>, mpsc::UnboundedSender<(PodKey, String)>) {
-    let facts = node_sync::read_facts(
-        &cfg.node_name,
-        &cfg.hostname,
-        &cfg.node_ip,
-        cfg.node_labels.clone(),
-        cfg.max_pods,
-        cfg.port,
-        &cfg.root_dir,
-        runtime_version,
-    );
+    let facts = node_sync::read_facts(cfg, runtime_version);
     let (uid_tx, uid_rx) = watch::channel(String::new());
     {
         let link = link.clone();

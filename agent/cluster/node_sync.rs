@@ -2,7 +2,6 @@
 //! manager and lease controller do: status every 10 s, written when it changed or every 5 min;
 //! the Lease renewed every 10 s for 40 s.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -28,36 +27,27 @@ const STATUS_REPORT: Duration = Duration::from_secs(300);
 const LEASE_SECONDS: i32 = 40;
 const LEASE_RENEW: Duration = Duration::from_secs(10);
 
-/// Reads what the Node reports about this machine.
-pub fn read_facts(
-    name: &str,
-    hostname: &str,
-    node_ip: &str,
-    labels: std::collections::BTreeMap<String, String>,
-    max_pods: u32,
-    port: u16,
-    root_dir: &Path,
-    runtime_version: String,
-) -> NodeFacts {
+/// Reads what the Node reports about this machine, as `cfg` names it.
+pub fn read_facts(cfg: &super::ClusterConfig, runtime_version: String) -> NodeFacts {
     let read = |p: &str| std::fs::read_to_string(p).map(|s| s.trim().to_string()).unwrap_or_default();
     let memory_bytes = crate::node::memory_total();
     let ephemeral_bytes =
-        nix::sys::statvfs::statvfs(root_dir).map(|s| s.blocks() * s.fragment_size()).unwrap_or(0);
+        nix::sys::statvfs::statvfs(&cfg.root_dir).map(|s| s.blocks() * s.fragment_size()).unwrap_or(0);
     let os_image = read("/etc/os-release")
         .lines()
         .find_map(|l| l.strip_prefix("PRETTY_NAME="))
         .map(|v| v.trim_matches('"').to_string())
         .unwrap_or_else(|| "Linux".into());
     NodeFacts {
-        name: name.to_string(),
-        hostname: hostname.to_string(),
-        node_ip: node_ip.to_string(),
-        labels,
+        name: cfg.node_name.clone(),
+        hostname: cfg.hostname.clone(),
+        node_ip: cfg.node_ip.clone(),
+        labels: cfg.node_labels.clone(),
         cpus: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
         memory_bytes,
         ephemeral_bytes,
-        max_pods,
-        port,
+        max_pods: cfg.max_pods,
+        port: cfg.port,
         machine_id: read("/etc/machine-id"),
         system_uuid: read("/sys/class/dmi/id/product_uuid"),
         boot_id: read("/proc/sys/kernel/random/boot_id"),
