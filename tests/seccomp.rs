@@ -79,6 +79,10 @@ async fn pods_run_with_the_profile_they_ask_for() {
         ),
     );
     a.write_manifest(
+        "privileged.yaml",
+        &pod("sc-privileged", "", "{privileged: true, seccompProfile: {type: RuntimeDefault}}"),
+    );
+    a.write_manifest(
         "missing.yaml",
         &pod(
             "sc-missing",
@@ -101,6 +105,8 @@ async fn pods_run_with_the_profile_they_ask_for() {
         ("sc-unconfined", "0", true),
         ("sc-unset", "0", true),
         ("sc-localhost", "2", false),
+        // The runtime applies no filter to a privileged container (validation warns).
+        ("sc-privileged", "0", true),
     ];
     for (name, mode, mkdir) in cases {
         let got = seen(&a, name).await;

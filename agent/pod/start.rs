@@ -326,9 +326,10 @@ pub async fn start_container(ctx: &StartContext, req: &StartRequest<'_>) -> Resu
     Ok(id)
 }
 
-/// A Localhost seccomp profile must be a file crilet can read before the container is created:
-/// a missing one would otherwise be left to the runtime, whose error not every runtime words
-/// the same. The runtime's own text and reason, as the kubelet shows them (`CreateContainerError`).
+/// A Localhost seccomp profile must be a file crilet can read before the container is created,
+/// so a missing one is reported the same whatever the runtime: with containerd's words and the
+/// reason the kubelet shows for it (`CreateContainerError`). Retried on each start attempt, so a
+/// profile put in place later is picked up.
 async fn check_seccomp_profile(config: &api::ContainerConfig) -> Result<(), StartError> {
     let profile =
         config.linux.as_ref().and_then(|l| l.security_context.as_ref()).and_then(|s| s.seccomp.as_ref());
