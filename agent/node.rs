@@ -21,6 +21,9 @@ pub struct NodeConfig {
     /// The cgroup driver in force (`--cgroup-driver`, or the runtime's own through CRI
     /// `RuntimeConfig`): how pod cgroups are named and who makes them.
     pub cgroup_driver: crate::cgroup::CgroupDriver,
+    /// `--seccomp-default`: a container that names no seccomp profile runs with the runtime's
+    /// default one (RuntimeDefault) instead of unconfined.
+    pub seccomp_default: bool,
 }
 
 /// `<pod-logs-dir>/<namespace>_<name>_<uid>` (R1.5).

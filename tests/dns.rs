@@ -4,8 +4,6 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::*;
 
 /// The host resolver the agent is given: the Default pod's base, and the ClusterFirst pod's
@@ -34,17 +32,8 @@ spec:
 
 /// The lines the container printed of its /etc/resolv.conf (CRI log lines' content).
 async fn resolv_conf(a: &Agent, name: &str) -> Vec<String> {
-    let p = running_pod(a, name).await;
-    let uid = p["metadata"]["uid"].as_str().expect("uid").to_string();
-    let log = a.logs.join(format!("dns-ns_{name}_{uid}")).join("main").join("0.log");
-    wait_for(&format!("{name}'s resolv.conf in its log"), Duration::from_secs(20), || async {
-        let text = std::fs::read_to_string(&log).ok()?;
-        let lines: Vec<String> =
-            text.lines().filter_map(|l| l.splitn(4, ' ').nth(3)).map(str::to_string).collect();
-        let end = lines.iter().position(|l| l == "END-OF-RESOLV")?;
-        Some(lines[..end].iter().filter(|l| !l.trim().is_empty()).cloned().collect())
-    })
-    .await
+    let lines = printed_before(a, "dns-ns", name, "main", "END-OF-RESOLV").await;
+    lines.into_iter().filter(|l| !l.trim().is_empty()).collect()
 }
 
 /// An agent `name` whose `--resolv-conf` is a file holding [`HOST_RESOLV`] (kept in the returned

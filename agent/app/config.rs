@@ -115,6 +115,11 @@ pub(crate) struct RunArgs {
     /// instead, as the kubelet does [default: cgroupfs]
     #[arg(long)]
     pub(crate) cgroup_driver: Option<String>,
+    /// Run every container that names no seccomp profile (pod or container seccompProfile)
+    /// with the runtime's default profile, RuntimeDefault, instead of unconfined (the kubelet's
+    /// seccompDefault) [default: false]
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub(crate) seccomp_default: Option<bool>,
     /// TLS bootstrapping: a kubeconfig (a bootstrap token) to ask the cluster for the node's
     /// client certificate with when --kubeconfig is missing or its certificate unusable; the
     /// certificate goes to --cert-dir and --kubeconfig is written for it [default: none]
@@ -196,6 +201,7 @@ impl RunArgs {
             self.shutdown_grace_period_critical_pods =
                 self.shutdown_grace_period_critical_pods.or(file.shutdown_grace_period_critical_pods);
             self.cgroup_driver = self.cgroup_driver.or(file.cgroup_driver);
+            self.seccomp_default = self.seccomp_default.or(file.seccomp_default);
             self.bootstrap_kubeconfig = self.bootstrap_kubeconfig.or(file.bootstrap_kubeconfig);
             self.cert_dir = self.cert_dir.or(file.cert_dir);
             self.rotate_certificates = self.rotate_certificates.or(file.rotate_certificates);
@@ -296,6 +302,7 @@ impl RunArgs {
             cluster,
             shutdown,
             cgroup_driver,
+            seccomp_default: self.seccomp_default.unwrap_or(false),
             node_ip,
             image_endpoint: self.image_service_endpoint.unwrap_or_else(|| runtime.clone()),
             runtime_endpoint: runtime,
@@ -432,6 +439,8 @@ pub(crate) struct Settings {
     pub(crate) log_rotation: crilet::logrotate::Policy,
     /// `--cgroup-driver`, if given (`None`: cgroupfs unless the runtime names its own).
     pub(crate) cgroup_driver: Option<crilet::cgroup::CgroupDriver>,
+    /// `--seccomp-default`: RuntimeDefault for containers that name no seccomp profile.
+    pub(crate) seccomp_default: bool,
 }
 
 /// The node's primary IPv4 address: the first non-loopback address of an interface that is up

@@ -228,6 +228,7 @@ pub(crate) async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
         host_ip,
         dns,
         cgroup_driver,
+        seccomp_default: s.seccomp_default,
     };
     // What the node's pods hold: admission and resizes count from the same ledger.
     let ledger = crilet::ledger::Ledger::default();

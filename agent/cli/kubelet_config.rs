@@ -8,7 +8,7 @@
 //! Ignored security fields are sorted by which way they differ (see [`Impact`]): when the file
 //! asks for *less* than crilet enforces (anonymous requests, `AlwaysAllow`, a read-only port),
 //! crilet is stricter and says so (a warning). When it asks for protection crilet does not give
-//! (`seccompDefault: true`, `protectKernelDefaults`, a TLS policy, `allowedUnsafeSysctls`), the
+//! (`protectKernelDefaults`, a TLS policy, `allowedUnsafeSysctls`), the
 //! node would be weaker than its operator asked: `crilet preflight` FAILs and `crilet run`
 //! refuses the file, since DESIGN.md has a security field refused or reported, never accepted
 //! silently, and a weaker node that only logs it is accepting it.
@@ -372,11 +372,7 @@ fn rule(field: &str, value: &Value) -> Rule {
         ),
 
         // Pods' security.
-        "seccompDefault" => Rule::Same(
-            &["false"],
-            Weaker,
-            "crilet does not apply RuntimeDefault to containers that name no seccomp profile: they run unconfined",
-        ),
+        "seccompDefault" => Rule::Take("seccomp-default"),
         "protectKernelDefaults" => Rule::Same(
             &["false"],
             Weaker,

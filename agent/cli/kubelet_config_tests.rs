@@ -87,7 +87,7 @@ fn translate_cases() {
              authorization:\n  mode: Webhook\n  webhook:\n    cacheAuthorizedTTL: 5m\n    cacheUnauthorizedTTL: 30s\n\
              enableServer: true\ncgroupsPerQOS: true\nenforceNodeAllocatable: [pods]\nfailSwapOn: false\n\
              nodeStatusUpdateFrequency: 10s\nnodeLeaseDurationSeconds: 40\n\
-             seccompDefault: false\nfileCheckFrequency: 20s\n",
+             fileCheckFrequency: 20s\n",
             vec![],
             vec![],
         ),
@@ -108,6 +108,18 @@ fn translate_cases() {
                 ig("featureGates", "{NodeSwap: true}", Behaviour),
                 ig("nodeStatusUpdateFrequency", "4s", Behaviour),
             ],
+        ),
+        (
+            "seccompDefault is taken (crilet enforces it)",
+            "seccompDefault: true\n",
+            vec!["seccomp-default: true"],
+            vec![],
+        ),
+        (
+            "seccompDefault: false is taken too",
+            "seccompDefault: false\n",
+            vec!["seccomp-default: false"],
+            vec![],
         ),
         (
             "resolvConf \"\" is a setting of its own (no host resolver), taken",
@@ -133,11 +145,10 @@ fn translate_cases() {
         ),
         (
             "security the file asks for and crilet does not give: weaker",
-            "seccompDefault: true\nprotectKernelDefaults: true\nallowedUnsafeSysctls: [net.core.somaxconn]\n\
+            "protectKernelDefaults: true\nallowedUnsafeSysctls: [net.core.somaxconn]\n\
              tlsMinVersion: VersionTLS13\nauthentication:\n  webhook:\n    enabled: false\n",
             vec![],
             vec![
-                ig("seccompDefault", "true", Weaker),
                 ig("protectKernelDefaults", "true", Weaker),
                 ig("allowedUnsafeSysctls", "[net.core.somaxconn]", Weaker),
                 ig("tlsMinVersion", "VersionTLS13", Weaker),

@@ -774,7 +774,7 @@ fn kubelet_config_cases() {
                 ignored: vec![
                     ignored("evictionHard", "{memory.available: 200Mi}", Impact::Behaviour, "no eviction"),
                     ignored("authorization.mode", "AlwaysAllow", Impact::Stricter, "SubjectAccessReview"),
-                    ignored("seccompDefault", "true", Impact::Weaker, "unconfined"),
+                    ignored("protectKernelDefaults", "true", Impact::Weaker, "unchecked"),
                 ],
             },
             vec![
@@ -790,8 +790,8 @@ fn kubelet_config_cases() {
                 ),
                 fail(
                     KUBELET_CONFIG,
-                    "seccompDefault: true not enforced (security: the node would be weaker than asked; crilet run \
-                     refuses it): unconfined",
+                    "protectKernelDefaults: true not enforced (security: the node would be weaker than asked; crilet \
+                     run refuses it): unchecked",
                 ),
             ],
         ),

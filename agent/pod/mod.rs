@@ -12,6 +12,7 @@ pub mod metadata_env;
 pub mod plan;
 pub mod pod_cgroup;
 pub mod resize;
+pub mod seccomp;
 pub mod shutdown;
 pub mod spec;
 pub mod start;

@@ -153,6 +153,11 @@ pub fn sandbox_config(
                 run_as_group: psc.run_as_group.map(|value| api::Int64Value { value }),
                 supplemental_groups: psc.supplemental_groups.clone().unwrap_or_default(),
                 privileged,
+                seccomp: Some(super::seccomp::sandbox_profile(
+                    s.security_context.as_ref(),
+                    &super::seccomp::profile_root(&node.root_dir),
+                    node.seccomp_default,
+                )),
                 ..Default::default()
             }),
             sysctls,
@@ -336,6 +341,13 @@ pub fn container_config_with_env(
     }
 
     let stop_signal = stop_signal(c)?;
+    let seccomp = super::seccomp::container_profile(
+        s.security_context.as_ref(),
+        c,
+        &super::seccomp::profile_root(&node.root_dir),
+        node.seccomp_default,
+    )
+    .map_err(|reason| ConfigError { container: c.name.clone(), reason })?;
     let psc = s.security_context.clone().unwrap_or_default();
     let csc = c.security_context.clone().unwrap_or_default();
     let caps = csc.capabilities.clone().unwrap_or_default();
@@ -360,6 +372,7 @@ pub fn container_config_with_env(
         readonly_rootfs: csc.read_only_root_filesystem == Some(true),
         supplemental_groups: psc.supplemental_groups.clone().unwrap_or_default(),
         no_new_privs: csc.allow_privilege_escalation == Some(false),
+        seccomp: Some(seccomp),
         ..Default::default()
     };
 
@@ -429,6 +442,7 @@ mod tests {
             host_ip: None,
             dns: crate::dns::DnsSettings::default(),
             cgroup_driver: driver,
+            seccomp_default: false,
         };
         for (p, driver, want) in [
             (&best, Cgroupfs, "/kubepods/besteffort/poda-1"),

@@ -272,6 +272,9 @@ pub async fn start_container(ctx: &StartContext, req: &StartRequest<'_>) -> Resu
             ctx.exec.rec.warning(&d.key, name, "Failed", format!("Error: {}", e.reason));
             err("CreateContainerConfigError", e.reason)
         })?;
+    check_seccomp_profile(&config).await.inspect_err(|e| {
+        ctx.exec.rec.warning(&d.key, name, "Failed", format!("Error: {}", e.message));
+    })?;
     let wanted_signal = api::Signal::try_from(config.stop_signal).unwrap_or(api::Signal::RuntimeDefault);
     let id =
         ctx.exec.cri.create_container(req.sandbox_id, config, req.sandbox_config.clone()).await.map_err(
@@ -321,6 +324,28 @@ pub async fn start_container(ctx: &StartContext, req: &StartRequest<'_>) -> Resu
         }
     }
     Ok(id)
+}
+
+/// A Localhost seccomp profile must be a file crilet can read before the container is created,
+/// so a missing one is reported the same whatever the runtime: with containerd's words and the
+/// reason the kubelet shows for it (`CreateContainerError`). Retried on each start attempt, so a
+/// profile put in place later is picked up.
+async fn check_seccomp_profile(config: &api::ContainerConfig) -> Result<(), StartError> {
+    let profile =
+        config.linux.as_ref().and_then(|l| l.security_context.as_ref()).and_then(|s| s.seccomp.as_ref());
+    let Some(path) = profile.and_then(super::seccomp::localhost_file).map(Path::to_path_buf) else {
+        return Ok(());
+    };
+    let shown = path.display().to_string();
+    crate::blocking(move || {
+        let file = std::fs::File::open(&path)?;
+        if file.metadata()?.is_dir() {
+            return Err(std::io::Error::other("is a directory"));
+        }
+        Ok(())
+    })
+    .await
+    .map_err(|e| err("CreateContainerError", format!("cannot load seccomp profile {shown:?}: {e}")))
 }
 
 /// R1.13: `/var/log/containers/<pod>_<ns>_<container>-<id>.log` (`link`) → the CRI log file,

@@ -292,9 +292,13 @@ static SECURITY_CONTEXT: Table = Table {
         ("readOnlyRootFilesystem", Leaf),
         ("allowPrivilegeEscalation", Leaf),
         ("capabilities", Obj(&CAPABILITIES)),
+        ("seccompProfile", Obj(&SECCOMP_PROFILE)),
     ],
     unknown: Unknown::Warn,
 };
+
+static SECCOMP_PROFILE: Table =
+    Table { fields: &[("type", Leaf), ("localhostProfile", Leaf)], unknown: Unknown::Warn };
 
 static CAPABILITIES: Table = Table { fields: &[("add", Leaf), ("drop", Leaf)], unknown: Unknown::Warn };
 
@@ -306,6 +310,7 @@ static POD_SECURITY_CONTEXT: Table = Table {
         ("supplementalGroups", Leaf),
         ("sysctls", List(&SYSCTL)),
         ("fsGroup", Warn("fsGroup is not applied to volumes by crilet; ignored")),
+        ("seccompProfile", Obj(&SECCOMP_PROFILE)),
     ],
     unknown: Unknown::Warn,
 };

@@ -34,6 +34,7 @@ mod read;
 mod scan;
 mod validate;
 mod validate_container;
+mod validate_seccomp;
 mod validate_stop_signal;
 mod value;
 mod watch;

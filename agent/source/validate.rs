@@ -27,6 +27,7 @@ pub(super) fn validate_pod(pod: &Pod, f: &mut Findings) {
     spec_fields(spec, f);
     let volumes = volumes(spec, f);
     validate_container::containers(spec, &volumes, f);
+    super::validate_seccomp::validate(pod, f);
 }
 
 fn metadata(meta: &ObjectMeta, f: &mut Findings) {

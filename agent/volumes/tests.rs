@@ -128,6 +128,7 @@ pub(crate) fn node(root: &Path) -> NodeConfig {
         host_ip: Some("10.0.0.1".into()),
         dns: crate::dns::DnsSettings::default(),
         cgroup_driver: Default::default(),
+        seccomp_default: false,
     }
 }
 

@@ -257,6 +257,28 @@ pub async fn running_pod(a: &Agent, name: &str) -> Value {
     .await
 }
 
+/// What container `container` of the running pod `namespace/name` printed before a line `end`
+/// (the content of its first instance's CRI log lines), once it has printed `end`.
+pub async fn printed_before(
+    a: &Agent,
+    namespace: &str,
+    name: &str,
+    container: &str,
+    end: &str,
+) -> Vec<String> {
+    let p = running_pod(a, name).await;
+    let uid = p["metadata"]["uid"].as_str().expect("uid").to_string();
+    let log = a.logs.join(format!("{namespace}_{name}_{uid}")).join(container).join("0.log");
+    wait_for(&format!("{name}'s output up to {end} in its log"), Duration::from_secs(20), || async {
+        let text = std::fs::read_to_string(&log).ok()?;
+        let lines: Vec<String> =
+            text.lines().filter_map(|l| l.splitn(4, ' ').nth(3)).map(str::to_string).collect();
+        let at = lines.iter().position(|l| l == end)?;
+        Some(lines[..at].to_vec())
+    })
+    .await
+}
+
 /// The pod's status.phase.
 pub fn phase(p: &Value) -> &str {
     p["status"]["phase"].as_str().unwrap_or("")

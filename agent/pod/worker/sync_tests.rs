@@ -65,6 +65,7 @@ async fn node(fake: FakeRuntime, pod: DesiredPod) -> Node {
         // No host resolver file: the syncs read nothing of the machine's.
         dns: crate::dns::DnsSettings { resolv_conf: None, ..Default::default() },
         cgroup_driver: crate::cgroup::CgroupDriver::Cgroupfs,
+        seccomp_default: false,
     };
     let fake = Arc::new(fake);
     let runtime: Arc<dyn Runtime> = fake.clone();

@@ -31,16 +31,37 @@ fn warning_cases() {
             "field not supported by crilet, ignored",
         ),
         (
-            "seccompProfile",
+            "the pod's seccomp annotation, no longer honoured (1.27+)",
             |v| {
                 set(
                     v,
-                    "/spec/containers/0/securityContext",
-                    json!({"seccompProfile": {"type": "RuntimeDefault"}}),
+                    "/metadata/annotations",
+                    json!({"seccomp.security.alpha.kubernetes.io/pod": "runtime/default"}),
                 )
             },
-            "spec.containers[0].securityContext.seccompProfile",
-            "not supported by crilet",
+            "metadata.annotations[seccomp.security.alpha.kubernetes.io/pod]",
+            "non-functional in v1.27+; use the \"seccompProfile\" field instead",
+        ),
+        (
+            "a container's seccomp annotation, no longer honoured (1.27+)",
+            |v| {
+                set(
+                    v,
+                    "/metadata/annotations",
+                    json!({"container.seccomp.security.alpha.kubernetes.io/app": "localhost/a.json"}),
+                )
+            },
+            "metadata.annotations[container.seccomp.security.alpha.kubernetes.io/app]",
+            "non-functional in v1.27+",
+        ),
+        (
+            "a privileged container with a seccomp profile runs unconfined",
+            |v| {
+                set(v, "/spec/securityContext", json!({"seccompProfile": {"type": "RuntimeDefault"}}));
+                set(v, "/spec/containers/0/securityContext", json!({"privileged": true}));
+            },
+            "spec.containers[0].securityContext.privileged",
+            "runs unconfined",
         ),
         (
             "tolerations",
@@ -161,6 +182,26 @@ fn valid_cases() {
                     "runAsUser": 1000, "runAsNonRoot": true, "readOnlyRootFilesystem": true,
                     "capabilities": {"add": ["NET_ADMIN"], "drop": ["ALL"]}, "allowPrivilegeEscalation": false
                 }),
+            );
+        }),
+        ("seccomp profiles, pod and container level", |v| {
+            set(v, "/spec/securityContext", json!({"seccompProfile": {"type": "RuntimeDefault"}}));
+            set(
+                v,
+                "/spec/containers/0/securityContext",
+                json!({"seccompProfile": {"type": "Localhost", "localhostProfile": "profiles/a..b.json"}}),
+            );
+            set(
+                v,
+                "/spec/initContainers",
+                json!([{"name": "setup", "image": "busybox:1", "securityContext": {"seccompProfile": {"type": "Unconfined"}}}]),
+            );
+        }),
+        ("a privileged container that asks for Unconfined: no warning", |v| {
+            set(
+                v,
+                "/spec/containers/0/securityContext",
+                json!({"privileged": true, "seccompProfile": {"type": "Unconfined"}}),
             );
         }),
         ("pod-wide supported fields", |v| {

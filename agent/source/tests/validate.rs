@@ -230,3 +230,67 @@ fn volume_cases() {
         ),
     ]);
 }
+
+/// `seccompProfile` as the API server validates it, at both levels: the type is one of three,
+/// a Localhost profile is named, relative and never climbs out of `<root-dir>/seccomp`.
+#[test]
+fn seccomp_cases() {
+    assert_refused(&[
+        (
+            "unknown profile type",
+            |v| set(v, "/spec/securityContext", json!({"seccompProfile": {"type": "Default"}})),
+            "spec.securityContext.seccompProfile.type",
+            "unsupported value \"Default\": supported values are \"Localhost\", \"RuntimeDefault\", \"Unconfined\"",
+        ),
+        (
+            "empty profile type",
+            |v| set(v, "/spec/containers/0/securityContext", json!({"seccompProfile": {"type": ""}})),
+            "spec.containers[0].securityContext.seccompProfile.type",
+            "required",
+        ),
+        (
+            "Localhost without a profile",
+            |v| {
+                set(v, "/spec/containers/0/securityContext", json!({"seccompProfile": {"type": "Localhost"}}))
+            },
+            "spec.containers[0].securityContext.seccompProfile.localhostProfile",
+            "must be set when seccomp type is Localhost",
+        ),
+        (
+            "Localhost climbing out with ..",
+            |v| {
+                set(
+                    v,
+                    "/spec/containers/0/securityContext",
+                    json!({"seccompProfile": {"type": "Localhost", "localhostProfile": "profiles/../../../etc/x.json"}}),
+                )
+            },
+            "spec.containers[0].securityContext.seccompProfile.localhostProfile",
+            "must not contain '..'",
+        ),
+        (
+            "Localhost absolute",
+            |v| {
+                set(
+                    v,
+                    "/spec/securityContext",
+                    json!({"seccompProfile": {"type": "Localhost", "localhostProfile": "/etc/x.json"}}),
+                )
+            },
+            "spec.securityContext.seccompProfile.localhostProfile",
+            "must be a relative path",
+        ),
+        (
+            "localhostProfile with another type",
+            |v| {
+                set(
+                    v,
+                    "/spec/securityContext",
+                    json!({"seccompProfile": {"type": "RuntimeDefault", "localhostProfile": "a.json"}}),
+                )
+            },
+            "spec.securityContext.seccompProfile.localhostProfile",
+            "can only be set when seccomp type is Localhost",
+        ),
+    ]);
+}
