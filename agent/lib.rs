@@ -30,6 +30,7 @@ pub mod recorder;
 pub mod registry;
 pub mod source;
 pub mod status;
+pub mod sysctl;
 pub mod systemd;
 pub mod tasks;
 pub mod timeline;

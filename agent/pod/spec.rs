@@ -130,8 +130,13 @@ pub fn sandbox_config(
         .flatten()
         .chain(s.containers.iter())
         .any(|c| c.security_context.as_ref().and_then(|sc| sc.privileged) == Some(true));
-    let sysctls =
-        psc.sysctls.iter().flatten().map(|sc| (sc.name.replace('/', "."), sc.value.clone())).collect();
+    // Dot form, as the kubelet hands them to the runtime (a `.` inside a `/`-separated name stays).
+    let sysctls = psc
+        .sysctls
+        .iter()
+        .flatten()
+        .map(|sc| (crate::sysctl::normalize(&sc.name), sc.value.clone()))
+        .collect();
     api::PodSandboxConfig {
         metadata: Some(api::PodSandboxMetadata {
             name: d.key.name.clone(),
