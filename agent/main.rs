@@ -52,6 +52,7 @@ async fn preflight(args: RunArgs) -> i32 {
                 control_socket: s.control_socket,
                 kubeconfig: s.cluster.as_ref().map(|c| c.config.kubeconfig.clone()),
                 node_name: s.node_name,
+                sysctls: s.sysctls,
                 config_file,
                 kubelet_config: s.kubelet_config,
                 cgroup_driver: s.cgroup_driver,

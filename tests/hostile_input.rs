@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use common::corpus::*;
 use common::*;
 use crilet::source::{ManifestProblem, ManifestSet, load_dir};
+use crilet::sysctl::Allowlist;
 
 const NODE: &str = "hostile-node";
 /// The generated entry that is rewritten while it is read (a property, not one outcome).
@@ -38,7 +39,7 @@ fn load_within(dir: &Path, deadline: Duration) -> ManifestSet {
     let (tx, rx) = mpsc::channel();
     let dir = dir.to_path_buf();
     std::thread::spawn(move || {
-        let _ = tx.send(load_dir(&dir, NODE, &ManifestSet::default()));
+        let _ = tx.send(load_dir(&dir, NODE, &Allowlist::default(), &ManifestSet::default()));
     });
     rx.recv_timeout(deadline).unwrap_or_else(|_| panic!("load_dir did not return within {deadline:?}"))
 }

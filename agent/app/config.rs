@@ -154,6 +154,11 @@ pub(crate) struct RunArgs {
     /// [default: /etc/resolv.conf]
     #[arg(long)]
     pub(crate) resolv_conf: Option<String>,
+    /// Sysctls pods may set beyond the safe set, comma-separated or repeated; a pattern may end
+    /// in * (kernel.msg*, net.core.*). Only namespaced sysctls (kernel.shm*, kernel.msg*,
+    /// kernel.sem, fs.mqueue.*, net.*) can be allowed [default: none]
+    #[arg(long, value_delimiter = ',')]
+    pub(crate) allowed_unsafe_sysctls: Option<Vec<String>>,
     /// A YAML file holding the same settings (flags win), or the kubelet's KubeletConfiguration
     /// (kubelet.config.k8s.io/v1beta1); `crilet preflight` lists what crilet takes from it and
     /// what it ignores
@@ -210,6 +215,7 @@ impl RunArgs {
             self.cluster_dns = self.cluster_dns.or(file.cluster_dns);
             self.cluster_domain = self.cluster_domain.or(file.cluster_domain);
             self.resolv_conf = self.resolv_conf.or(file.resolv_conf);
+            self.allowed_unsafe_sysctls = self.allowed_unsafe_sysctls.or(file.allowed_unsafe_sysctls);
         }
         let runtime = self
             .container_runtime_endpoint
@@ -229,6 +235,7 @@ impl RunArgs {
             }
             None => None,
         };
+        let sysctls = crilet::sysctl::Allowlist::for_host(&self.allowed_unsafe_sysctls.unwrap_or_default())?;
         let dns = dns_settings(self.cluster_dns, self.cluster_domain, self.resolv_conf)?;
         let cgroup_driver = match self.cgroup_driver.as_deref().filter(|d| !d.is_empty()) {
             Some(d) => Some(
@@ -284,6 +291,7 @@ impl RunArgs {
                         ),
                         bootstrap_kubeconfig: self.bootstrap_kubeconfig.filter(|p| !p.as_os_str().is_empty()),
                         cert_dir: self.cert_dir.clone().unwrap_or_else(|| root_dir.join("pki")),
+                        sysctls: sysctls.clone(),
                     },
                     sync_frequency,
                     serving: crilet::cluster::serving_cert::source(
@@ -298,6 +306,7 @@ impl RunArgs {
         };
         Ok(Settings {
             dns,
+            sysctls,
             kubelet_config,
             cluster,
             shutdown,
@@ -419,6 +428,8 @@ pub(crate) struct ClusterSettings {
 pub(crate) struct Settings {
     /// The pods' DNS settings (`--cluster-dns`, `--cluster-domain`, `--resolv-conf`).
     pub(crate) dns: crilet::dns::DnsSettings,
+    /// The sysctls pods may set: the safe set and `--allowed-unsafe-sysctls`.
+    pub(crate) sysctls: crilet::sysctl::Allowlist,
     /// What crilet took from and ignored in `--config`, when it is a `KubeletConfiguration`.
     pub(crate) kubelet_config: Option<kubelet_config::Report>,
     pub(crate) cluster: Option<ClusterSettings>,

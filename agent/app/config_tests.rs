@@ -156,3 +156,25 @@ fn cluster_dns_flag_takes_commas_and_repeats() {
     assert_eq!(s.dns.cluster_domain, "cluster.local");
     assert_eq!(s.dns.resolv_conf, Some(PathBuf::from("/run/r.conf")));
 }
+
+#[test]
+fn allowed_unsafe_sysctls_from_either_format_and_checked_at_start() {
+    let allows = |s: &Settings, name: &str| s.sysctls.refusal(name, false, false).is_none();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let own = args_with(&dir, "allowed-unsafe-sysctls: [kernel.msg*, net.core.somaxconn]\n")
+        .resolve()
+        .expect("own");
+    assert!(allows(&own, "kernel.msgmax") && allows(&own, "net.core.somaxconn"));
+    assert!(!allows(&own, "kernel.sem"), "only what is listed");
+    let kubelet = args_with(&dir, &format!("{KUBELET}allowedUnsafeSysctls: [kernel.sem]\n"))
+        .resolve()
+        .expect("kubelet");
+    assert!(allows(&kubelet, "kernel.sem") && !allows(&kubelet, "kernel.msgmax"));
+    assert!(kubelet.kubelet_config.expect("report").ignored.is_empty(), "taken, not ignored");
+    let none = args_with(&dir, "{}\n").resolve().expect("defaults");
+    assert!(allows(&none, "kernel.shm_rmid_forced") && !allows(&none, "kernel.msgmax"), "the safe set only");
+    let mut flag = args_with(&dir, "{}\n");
+    flag.allowed_unsafe_sysctls = Some(vec!["vm.*".into()]);
+    let err = format!("{:#}", flag.resolve().err().expect("a node-level pattern is refused"));
+    assert!(err.contains(r#""vm.*" is not known to be namespaced"#), "{err}");
+}

@@ -319,6 +319,7 @@ pub(crate) async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
     let manifests = source::watch_dir(
         s.manifest_dir.clone(),
         s.node_name.clone(),
+        s.sysctls.clone(),
         Duration::from_secs(20),
         cancel.clone(),
     );

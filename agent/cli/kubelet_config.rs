@@ -8,7 +8,7 @@
 //! Ignored security fields are sorted by which way they differ (see [`Impact`]): when the file
 //! asks for *less* than crilet enforces (anonymous requests, `AlwaysAllow`, a read-only port),
 //! crilet is stricter and says so (a warning). When it asks for protection crilet does not give
-//! (`protectKernelDefaults`, a TLS policy, `allowedUnsafeSysctls`), the
+//! (`protectKernelDefaults`, a TLS policy), the
 //! node would be weaker than its operator asked: `crilet preflight` FAILs and `crilet run`
 //! refuses the file, since DESIGN.md has a security field refused or reported, never accepted
 //! silently, and a weaker node that only logs it is accepting it.
@@ -378,10 +378,7 @@ fn rule(field: &str, value: &Value) -> Rule {
             Weaker,
             "crilet does not check the kernel's tunables against the kubelet's expectations",
         ),
-        "allowedUnsafeSysctls" => Rule::Ignore(
-            Weaker,
-            "crilet does not hold pods to the safe sysctls: a pod may set any sysctl the runtime accepts, not only these",
-        ),
+        "allowedUnsafeSysctls" => Rule::Take("allowed-unsafe-sysctls"),
         "imagePullCredentialsVerificationPolicy" => Rule::Same(
             &["NeverVerify"],
             Weaker,

@@ -45,9 +45,11 @@ fn translate_cases() {
              tlsCertFile: /pki/kubelet.crt\ntlsPrivateKeyFile: /pki/kubelet.key\nserverTLSBootstrap: true\n\
              imageServiceEndpoint: unix:///run/img.sock\n\
              clusterDNS: [10.96.0.10, fd00::a]\nclusterDomain: cluster.local\n\
+             allowedUnsafeSysctls: [kernel.msg*, net.core.somaxconn]\n\
              resolvConf: /run/systemd/resolve/resolv.conf\n\
              authentication:\n  x509:\n    clientCAFile: /pki/ca.crt\n",
             vec![
+                "allowed-unsafe-sysctls: [kernel.msg*, net.core.somaxconn]",
                 "cgroup-driver: systemd",
                 "client-ca-file: /pki/ca.crt",
                 "cluster-dns: [10.96.0.10, fd00::a]",
@@ -145,12 +147,11 @@ fn translate_cases() {
         ),
         (
             "security the file asks for and crilet does not give: weaker",
-            "protectKernelDefaults: true\nallowedUnsafeSysctls: [net.core.somaxconn]\n\
+            "protectKernelDefaults: true\n\
              tlsMinVersion: VersionTLS13\nauthentication:\n  webhook:\n    enabled: false\n",
             vec![],
             vec![
                 ig("protectKernelDefaults", "true", Weaker),
-                ig("allowedUnsafeSysctls", "[net.core.somaxconn]", Weaker),
                 ig("tlsMinVersion", "VersionTLS13", Weaker),
                 ig("authentication.webhook.enabled", "false", Weaker),
             ],

@@ -61,6 +61,8 @@ pub struct Config {
     pub container_logs_dir: Option<PathBuf>,
     pub control_socket: PathBuf,
     pub node_name: String,
+    /// The sysctls pods may set (static pods setting others are manifest errors).
+    pub sysctls: crate::sysctl::Allowlist,
     /// The `--config` file the settings were read from, if any.
     pub config_file: Option<PathBuf>,
     /// What crilet took from and ignored in `--config`, when that file is the kubelet's

@@ -499,18 +499,24 @@ fn manifest_dir_cases() {
 fn manifest_dir_probe_uses_the_agents_rules() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path().join("manifests");
-    assert_eq!(manifest_dir_check(&dir, &probe_manifest_dir(&dir, "node")).verdict, Verdict::Fail);
+    assert_eq!(
+        manifest_dir_check(&dir, &probe_manifest_dir(&dir, "node", &crate::sysctl::Allowlist::default()))
+            .verdict,
+        Verdict::Fail
+    );
 
     fs::create_dir(&dir).expect("mkdir");
     let pod = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  containers:\n  - name: app\n    image: busybox\n";
     fs::write(dir.join("web.yaml"), pod).expect("write");
     fs::set_permissions(dir.join("web.yaml"), fs::Permissions::from_mode(0o644)).expect("chmod");
     fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).expect("chmod");
-    let ok = manifest_dir_check(&dir, &probe_manifest_dir(&dir, "node"));
+    let ok =
+        manifest_dir_check(&dir, &probe_manifest_dir(&dir, "node", &crate::sysctl::Allowlist::default()));
     assert_eq!(ok, pass(MANIFEST_DIR, &format!("{} (mode 0755, 1 pod)", dir.display())));
 
     fs::set_permissions(&dir, fs::Permissions::from_mode(0o777)).expect("chmod");
-    let bad = manifest_dir_check(&dir, &probe_manifest_dir(&dir, "node"));
+    let bad =
+        manifest_dir_check(&dir, &probe_manifest_dir(&dir, "node", &crate::sysctl::Allowlist::default()));
     assert_eq!(bad.verdict, Verdict::Fail, "{}", bad.detail);
     assert!(bad.detail.starts_with(&dir.display().to_string()), "{}", bad.detail);
     assert!(bad.detail.contains("writable by group or others"), "{}", bad.detail);

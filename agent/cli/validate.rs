@@ -17,6 +17,7 @@ use super::tabwriter::{self, TABLE};
 use crate::model::DesiredPod;
 use crate::podspec::is_sidecar;
 use crate::source::{self, ManifestProblem, ManifestSet, ProblemKind};
+use crate::sysctl::Allowlist;
 
 /// `crilet validate PATH…`.
 #[derive(clap::Args, Debug)]
@@ -43,6 +44,10 @@ pub struct ValidateArgs {
     /// as `crilet run`]
     #[arg(long)]
     pub node_name: Option<String>,
+    /// Sysctls allowed beyond the safe set, as `crilet run --allowed-unsafe-sysctls` [default:
+    /// none]
+    #[arg(long, value_delimiter = ',')]
+    pub allowed_unsafe_sysctls: Vec<String>,
     /// Output format (default: problem lines, then a table of the pods).
     #[arg(short, long, value_enum)]
     pub output: Option<ValidateOutput>,
@@ -89,7 +94,14 @@ pub fn run(args: &ValidateArgs) -> i32 {
             }
         },
     };
-    let report = check(&args.paths, &node_name);
+    let sysctls = match Allowlist::for_host(&args.allowed_unsafe_sysctls) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return 2;
+        }
+    };
+    let report = check(&args.paths, &node_name, &sysctls);
     let text = match args.output {
         None => render_text(&report),
         Some(ValidateOutput::Json) => match to_json(&render_json(&report)) {
@@ -109,14 +121,14 @@ pub fn run(args: &ValidateArgs) -> i32 {
 }
 
 /// Checks `paths` as the agent would (blocking: reads and parses files).
-pub(crate) fn check(paths: &[PathBuf], node_name: &str) -> Report {
+pub(crate) fn check(paths: &[PathBuf], node_name: &str, sysctls: &Allowlist) -> Report {
     let mut report = Report::default();
     let mut files = Vec::new();
     let mut missing = Vec::new();
     for path in paths {
         match std::fs::metadata(path) {
             Ok(meta) if meta.is_dir() => {
-                report.sets.push(source::load_dir(path, node_name, &ManifestSet::default()))
+                report.sets.push(source::load_dir(path, node_name, sysctls, &ManifestSet::default()))
             }
             // Anything else (a file, FIFO, device, symlink) is checked as the agent checks an
             // entry of its directory; a dangling symlink is refused there with the agent's words.
@@ -137,7 +149,7 @@ pub(crate) fn check(paths: &[PathBuf], node_name: &str) -> Report {
         }
     }
     if !files.is_empty() {
-        report.sets.push(source::load_files(&files, node_name));
+        report.sets.push(source::load_files(&files, node_name, sysctls));
     }
     if !missing.is_empty() {
         report.sets.push(ManifestSet { pods: BTreeMap::new(), problems: missing, ..Default::default() });

@@ -2,6 +2,7 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 
 use super::*;
+use crate::sysctl::Allowlist;
 
 const GOOD: &str = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  initContainers:\n  - name: prep\n    image: busybox\n  - name: log\n    image: busybox\n    restartPolicy: Always\n  containers:\n  - name: app\n    image: busybox\n";
 const BAD: &str = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: Bad_Name\nspec:\n  containers:\n  - name: app\n    image: busybox\n";
@@ -87,7 +88,7 @@ fn check_cases() {
             .iter()
             .map(|n| if n.is_empty() { dir.path().to_path_buf() } else { dir.path().join(n) })
             .collect();
-        let report = check(&paths, "node1");
+        let report = check(&paths, "node1", &Allowlist::default());
         let text = render_text(&report);
         assert_eq!(report.failed(), failed, "{what}:\n{text}");
         let got: Vec<&str> = report.pods().map(|p| p.key.name.as_str()).collect();
@@ -106,7 +107,9 @@ fn check_cases() {
 #[test]
 fn the_node_name_is_part_of_the_uid() {
     let dir = dir_with(&[("web.yaml", GOOD, 0o644)]);
-    let uid = |node| check(&[dir.path().to_path_buf()], node).pods().next().map(|p| p.uid.clone());
+    let uid = |node| {
+        check(&[dir.path().to_path_buf()], node, &Allowlist::default()).pods().next().map(|p| p.uid.clone())
+    };
     assert_ne!(uid("node1"), uid("node2"));
     assert_eq!(uid("node1"), uid("node1"));
 }
@@ -114,7 +117,7 @@ fn the_node_name_is_part_of_the_uid() {
 #[test]
 fn text_and_json_rendering() {
     let dir = dir_with(&[("web.yaml", GOOD, 0o644), ("warned.yaml", WARN, 0o644)]);
-    let report = check(&[dir.path().to_path_buf()], "node1");
+    let report = check(&[dir.path().to_path_buf()], "node1", &Allowlist::default());
     let d = dir.path().display().to_string();
     let uid =
         |name: &str| report.pods().find(|p| p.key.name == name).map(|p| p.uid.clone()).unwrap_or_default();

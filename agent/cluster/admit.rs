@@ -1,12 +1,13 @@
 //! Pod admission as the kubelet's (`canAdmitPod`): a pod that does not fit the node, whose node
-//! selector or affinity does not match it, or that uses what crilet cannot serve is failed with
-//! the kubelet's reason instead of run. Pure.
+//! selector or affinity does not match it, that sets a sysctl the node does not allow, or that
+//! uses what crilet cannot serve is failed with the kubelet's reason instead of run. Pure.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Container, NodeSelectorRequirement, NodeSelectorTerm, Pod, PodSpec};
 
 use crate::podspec::requests;
+use crate::sysctl::{self, Allowlist};
 
 /// A refusal: the pod's phase becomes Failed with this reason and message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -15,11 +16,12 @@ pub struct Rejection {
     pub message: String,
 }
 
-/// What the node has left to give, and its labels.
+/// What the node has left to give, its labels, and the sysctls it lets pods set.
 #[derive(Debug, Clone, Default)]
 pub struct NodeRoom {
     pub name: String,
     pub labels: BTreeMap<String, String>,
+    pub sysctls: Allowlist,
     pub max_pods: u32,
     /// Allocatable cpu in millicores and memory in bytes.
     pub cpu_milli: i64,
@@ -39,6 +41,10 @@ pub fn admit(pod: &Pod, room: &NodeRoom, used: Used) -> Option<Rejection> {
     let spec = pod.spec.as_ref()?;
     if let Some(r) = unsupported(spec) {
         return Some(r);
+    }
+    // The kubelet's sysctl admit handler runs before its resource and affinity predicates.
+    if let Some((_, message)) = room.sysctls.admit(pod) {
+        return Some(Rejection { reason: sysctl::FORBIDDEN_REASON.into(), message });
     }
     if !selector_matches(spec, room) {
         return Some(Rejection {
@@ -222,6 +228,7 @@ mod tests {
             max_pods: 3,
             cpu_milli: 2000,
             memory: 1 << 30,
+            sysctls: Allowlist::new(&["net.core.*".to_string()], Some((6, 1))).expect("valid pattern"),
         }
     }
 
@@ -263,6 +270,21 @@ mod tests {
                 "spec: {volumes: [{name: t, projected: {sources: [{serviceAccountToken: {path: token}}]}}], containers: [{name: c, image: i}]}",
                 used(0, 0, 0),
                 None,
+            ),
+            (
+                "spec: {securityContext: {sysctls: [{name: net.core.somaxconn, value: '1024'}]}, containers: [{name: c, image: i}]}",
+                used(0, 0, 0),
+                None,
+            ),
+            (
+                "spec: {hostNetwork: true, securityContext: {sysctls: [{name: net.core.somaxconn, value: '1024'}]}, containers: [{name: c, image: i}]}",
+                used(0, 0, 0),
+                Some("SysctlForbidden"),
+            ),
+            (
+                "spec: {nodeSelector: {zone: b}, securityContext: {sysctls: [{name: kernel.msgmax, value: '1'}]}, containers: [{name: c, image: i}]}",
+                used(0, 0, 0),
+                Some("SysctlForbidden"),
             ),
         ];
         for (i, (yaml, used, want)) in cases.into_iter().enumerate() {

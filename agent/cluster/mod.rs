@@ -68,6 +68,8 @@ pub struct ClusterConfig {
     pub cert_dir: PathBuf,
     /// `--rotate-certificates`: renew the client certificate before it expires.
     pub rotate_certificates: bool,
+    /// The sysctls API pods may set (the safe set and `--allowed-unsafe-sysctls`).
+    pub sysctls: crate::sysctl::Allowlist,
 }
 
 /// The connection to the API server, shared by every cluster loop.
@@ -281,6 +283,7 @@ pub fn start(
         max_pods: cfg.max_pods,
         cpu_milli: milli("cpu"),
         memory: milli("memory"),
+        sysctls: cfg.sysctls.clone(),
     };
     tasks.spawn("mirror pods", mirror::run(link.clone(), files.clone(), api_rx.clone(), cancel.clone()));
     tasks.spawn("event sender", events::run(link.clone(), registry.clone(), api_rx.clone(), cancel.clone()));

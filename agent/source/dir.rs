@@ -25,6 +25,7 @@ use super::pool::{Parsed, Parser};
 use super::read::{self, Entry};
 use super::{ManifestProblem, ManifestSet, ProblemKind};
 use crate::model::{DesiredPod, PodKey};
+use crate::sysctl::Allowlist;
 
 /// Suffixes of editor swap/backup and package-manager files (checked case-insensitively).
 const LEFTOVER_SUFFIXES: &[&str] = &[
@@ -59,8 +60,8 @@ const LEFTOVER_SUFFIXES: &[&str] = &[
 ///
 /// Blocking: reads files and waits for their parses (each on its own thread, each bounded by
 /// [`PARSE_DEADLINE`](super::limits::PARSE_DEADLINE)); call it from a blocking context.
-pub fn load_dir(dir: &Path, node_name: &str, previous: &ManifestSet) -> ManifestSet {
-    load_dir_with(&Parser::new(node_name), dir, previous, PARSE_DEADLINE)
+pub fn load_dir(dir: &Path, node_name: &str, sysctls: &Allowlist, previous: &ManifestSet) -> ManifestSet {
+    load_dir_with(&Parser::new(node_name, sysctls), dir, previous, PARSE_DEADLINE)
 }
 
 /// [`load_dir`] with a parser that remembers earlier parses, waiting at most `wait` for parses
@@ -111,12 +112,12 @@ pub(crate) fn load_dir_with(
 /// directory. The directories themselves are not checked. For `crilet validate`.
 ///
 /// Blocking, like [`load_dir`].
-pub fn load_files(files: &[PathBuf], node_name: &str) -> ManifestSet {
+pub fn load_files(files: &[PathBuf], node_name: &str, sysctls: &Allowlist) -> ManifestSet {
     let entries = files.iter().map(|f| {
         let parent = f.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
         (f.clone(), read::canonical(parent))
     });
-    let outcomes = read_and_parse(&Parser::new(node_name), entries, PARSE_DEADLINE);
+    let outcomes = read_and_parse(&Parser::new(node_name, sysctls), entries, PARSE_DEADLINE);
     assemble(outcomes, &ManifestSet::default())
 }
 

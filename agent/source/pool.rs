@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use super::limits::{MAX_PARSE_THREADS, PARSE_DEADLINE};
 use super::{ManifestProblem, ProblemKind, parse_manifest};
 use crate::model::DesiredPod;
+use crate::sysctl::{self, Allowlist};
 
 /// One file's parse result: its valid pods and every problem found.
 pub(super) type Parsed = (Vec<DesiredPod>, Vec<ManifestProblem>);
@@ -34,6 +35,9 @@ type ParseFn = dyn Fn(&Path, &str, &str) -> Parsed + Send + Sync;
 #[derive(Clone)]
 pub(crate) struct Parser {
     node_name: String,
+    /// The sysctls pods may set: a pod setting another is refused, as the kubelet's admission
+    /// refuses it.
+    sysctls: Arc<Allowlist>,
     shared: Arc<Shared>,
     wake: Option<Arc<dyn Fn() + Send + Sync>>,
     parse: Arc<ParseFn>,
@@ -81,11 +85,12 @@ impl Fingerprint {
 }
 
 impl Parser {
-    /// A parser with an empty cache.
-    pub fn new(node_name: &str) -> Self {
+    /// A parser with an empty cache that admits the sysctls `sysctls` allows.
+    pub fn new(node_name: &str, sysctls: &Allowlist) -> Self {
         let shared = Arc::new(Shared { state: Mutex::new(State::default()), done: Condvar::new() });
         Self {
             node_name: node_name.to_string(),
+            sysctls: Arc::new(sysctls.clone()),
             shared,
             wake: None,
             parse: Arc::new(parse_manifest),
@@ -100,7 +105,7 @@ impl Parser {
         deadline: Duration,
         parse: impl Fn(&Path, &str, &str) -> Parsed + Send + Sync + 'static,
     ) -> Self {
-        Self { parse: Arc::new(parse), deadline, ..Self::new(node_name) }
+        Self { parse: Arc::new(parse), deadline, ..Self::new(node_name, &Allowlist::default()) }
     }
 
     /// Calls `wake` when a parse that a scan reported as still running is done.
@@ -240,6 +245,7 @@ impl Parser {
                 );
                 (Vec::new(), vec![ManifestProblem::file(ProblemKind::Error, file, reason)])
             });
+        let parsed = admit_sysctls(file, parsed, &self.sysctls);
         let mut state = self.lock();
         state.live.remove(&job);
         let mut late = std::mem::take(&mut state.starved);
@@ -270,4 +276,24 @@ fn still_parsing(file: &Path, timed_out: bool, deadline: Duration) -> ManifestPr
         "still being parsed; its pods are kept as they are until that is done".to_string()
     };
     ManifestProblem::file(ProblemKind::Error, file, reason)
+}
+
+/// The kubelet's sysctl admission for static pods: a pod setting a sysctl the node does not
+/// allow is not run; its document gets an error with the kubelet's reason and message, so the
+/// file is handled as any invalid one (a pod already running from it keeps running).
+fn admit_sysctls(file: &Path, (pods, mut problems): Parsed, allow: &Allowlist) -> Parsed {
+    let mut admitted = Vec::with_capacity(pods.len());
+    for pod in pods {
+        match allow.admit(&pod.pod) {
+            None => admitted.push(pod),
+            Some((i, message)) => problems.push(ManifestProblem::doc(
+                ProblemKind::Error,
+                file,
+                pod.doc,
+                Some(format!("spec.securityContext.sysctls[{i}].name")),
+                format!("{}: {message}", sysctl::FORBIDDEN_REASON),
+            )),
+        }
+    }
+    (admitted, problems)
 }

@@ -28,6 +28,7 @@ use super::dir::{load_dir_with, manifest_name};
 use super::limits::SCAN_WAIT;
 use super::pool::Parser;
 use super::{ManifestProblem, ManifestSet, ProblemKind};
+use crate::sysctl::Allowlist;
 
 /// The kubelet's `fileCheckFrequency` default.
 pub const DEFAULT_RESYNC: Duration = Duration::from_secs(20);
@@ -52,6 +53,7 @@ const MAX_SETTLE: Duration = Duration::from_secs(1);
 pub async fn watch_dir(
     dir: PathBuf,
     node_name: String,
+    sysctls: Allowlist,
     resync: Duration,
     cancel: CancellationToken,
 ) -> Option<(watch::Receiver<ManifestSet>, impl std::future::Future<Output = ()> + Send + 'static)> {
@@ -61,7 +63,7 @@ pub async fn watch_dir(
     let mut dir_watch = DirWatch { dir: dir.clone(), events: events.clone(), current: None };
     dir_watch.ensure();
     let wake = events.clone();
-    let parser = Parser::new(&node_name).on_late_result(move || wake.complete());
+    let parser = Parser::new(&node_name, &sysctls).on_late_result(move || wake.complete());
     let first = loop {
         match scan(&parser, &dir, ManifestSet::default(), &cancel).await {
             Scan::Done(set) => break set,

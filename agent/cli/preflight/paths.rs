@@ -13,14 +13,17 @@ use super::{
     POD_LOGS_DIR, ROOT_DIR, blocking, local,
 };
 use crate::source::{self, ManifestSet};
+use crate::sysctl::Allowlist;
 
 /// The directory and socket checks, in report order.
 pub(super) async fn checks(cfg: &Config) -> Vec<Check> {
     let mut checks = Vec::new();
     let dir = cfg.manifest_dir.clone();
-    let node = cfg.node_name.clone();
-    checks
-        .push(local(MANIFEST_DIR, move || manifest_dir_check(&dir, &probe_manifest_dir(&dir, &node))).await);
+    let (node, sysctls) = (cfg.node_name.clone(), cfg.sysctls.clone());
+    checks.push(
+        local(MANIFEST_DIR, move || manifest_dir_check(&dir, &probe_manifest_dir(&dir, &node, &sysctls)))
+            .await,
+    );
     let mut dirs = vec![(ROOT_DIR, cfg.root_dir.clone()), (POD_LOGS_DIR, cfg.pod_logs_dir.clone())];
     if let Some(d) = &cfg.container_logs_dir {
         dirs.push((CONTAINER_LOGS_DIR, d.clone()));
@@ -40,13 +43,13 @@ pub(crate) enum ManifestDirProbe {
     Read { mode: u32, set: ManifestSet },
 }
 
-pub(super) fn probe_manifest_dir(dir: &Path, node_name: &str) -> ManifestDirProbe {
+pub(super) fn probe_manifest_dir(dir: &Path, node_name: &str, sysctls: &Allowlist) -> ManifestDirProbe {
     let mode = match fs::metadata(dir) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return ManifestDirProbe::Missing,
         // Other errors (not a directory, permissions) are load_dir's to report, as the agent does.
         meta => meta.map(|m| m.permissions().mode() & 0o7777).unwrap_or(0),
     };
-    ManifestDirProbe::Read { mode, set: source::load_dir(dir, node_name, &ManifestSet::default()) }
+    ManifestDirProbe::Read { mode, set: source::load_dir(dir, node_name, sysctls, &ManifestSet::default()) }
 }
 
 /// `manifest-dir`: a problem `load_dir` reports about the directory itself means the agent

@@ -10,6 +10,7 @@ use super::NODE;
 use crate::model::PodKey;
 use crate::source::dir::manifest_name;
 use crate::source::{ManifestSet, ProblemKind, load_dir};
+use crate::sysctl::Allowlist;
 
 fn pod(name: &str, image: &str) -> String {
     format!(
@@ -84,7 +85,7 @@ fn only_manifests_are_read_in_name_order() {
         .expect("mkfifo");
     fs::create_dir(dir.path().join("sub.yaml")).expect("mkdir");
     write(&dir.path().join("sub.yaml"), "nested.yaml", &pod("nested", "x:1"));
-    let set = load_dir(dir.path(), NODE, &ManifestSet::default());
+    let set = load_dir(dir.path(), NODE, &Allowlist::default(), &ManifestSet::default());
     assert_eq!(names(&set), ["a", "b"]);
     // Entries with a manifest's name that are not regular files are reported, never read.
     let refused: Vec<_> = set
@@ -110,8 +111,8 @@ fn only_manifests_are_read_in_name_order() {
 fn missing_directory_is_an_empty_set() {
     let dir = tempdir();
     let missing = dir.path().join("nope");
-    let previous = load_dir(dir.path(), NODE, &ManifestSet::default());
-    let set = load_dir(&missing, NODE, &previous);
+    let previous = load_dir(dir.path(), NODE, &Allowlist::default(), &ManifestSet::default());
+    let set = load_dir(&missing, NODE, &Allowlist::default(), &previous);
     assert!(set.pods.is_empty());
     assert_eq!(set.problems.len(), 1);
     assert_eq!(set.problems[0].kind, ProblemKind::Warning);
@@ -121,19 +122,19 @@ fn missing_directory_is_an_empty_set() {
 fn writable_directory_is_refused_and_keeps_previous_pods() {
     let dir = tempdir();
     write(dir.path(), "a.yaml", &pod("a", "busybox:1"));
-    let good = load_dir(dir.path(), NODE, &ManifestSet::default());
+    let good = load_dir(dir.path(), NODE, &Allowlist::default(), &ManifestSet::default());
     assert_eq!(names(&good), ["a"]);
     write(dir.path(), "b.yaml", &pod("b", "busybox:1"));
     for mode in [0o775, 0o757, 0o777] {
         fs::set_permissions(dir.path(), fs::Permissions::from_mode(mode)).expect("chmod");
-        let set = load_dir(dir.path(), NODE, &good);
+        let set = load_dir(dir.path(), NODE, &Allowlist::default(), &good);
         assert_eq!(set.pods, good.pods, "mode {mode:o}: previous pods kept, nothing new read");
         assert_eq!(set.problems.len(), 1);
         let p = &set.problems[0];
         assert_eq!((p.kind, p.file.as_path(), p.doc), (ProblemKind::Error, dir.path(), None));
         assert!(p.reason.contains("writable by group or others"), "{p}");
     }
-    let fresh = load_dir(dir.path(), NODE, &ManifestSet::default());
+    let fresh = load_dir(dir.path(), NODE, &Allowlist::default(), &ManifestSet::default());
     assert!(fresh.pods.is_empty(), "without previous pods a refused directory runs nothing");
 }
 
@@ -142,13 +143,13 @@ fn writable_file_is_refused_like_a_bad_file() {
     let dir = tempdir();
     write(dir.path(), "a.yaml", &pod("a", "busybox:1"));
     write(dir.path(), "b.yaml", &pod("b", "busybox:1"));
-    let good = load_dir(dir.path(), NODE, &ManifestSet::default());
+    let good = load_dir(dir.path(), NODE, &Allowlist::default(), &ManifestSet::default());
     write(dir.path(), "a.yaml", &pod("a", "busybox:2"));
     write(dir.path(), "c.yaml", &pod("c", "busybox:1"));
     for name in ["a.yaml", "c.yaml"] {
         fs::set_permissions(dir.path().join(name), fs::Permissions::from_mode(0o666)).expect("chmod");
     }
-    let set = load_dir(dir.path(), NODE, &good);
+    let set = load_dir(dir.path(), NODE, &Allowlist::default(), &good);
     assert_eq!(names(&set), ["a", "b"], "c is never run, a keeps running as it was");
     assert_eq!(set.pods[&key("a")], good.pods[&key("a")], "the edit in the refused file is not applied");
     let refused: Vec<_> =
@@ -161,7 +162,7 @@ fn writable_file_is_refused_like_a_bad_file() {
 fn bad_edit_keeps_the_previous_pods_of_that_file() {
     let dir = tempdir();
     write(dir.path(), "pods.yaml", &format!("{}---\n{}", pod("one", "busybox:1"), pod("two", "busybox:1")));
-    let good = load_dir(dir.path(), NODE, &ManifestSet::default());
+    let good = load_dir(dir.path(), NODE, &Allowlist::default(), &ManifestSet::default());
     assert_eq!(names(&good), ["one", "two"]);
 
     // Document 1 goes bad while document 0 gets a valid image edit.
@@ -171,7 +172,7 @@ fn bad_edit_keeps_the_previous_pods_of_that_file() {
         pod("two", "busybox:1").replace("image: busybox:1", "image: ''")
     );
     write(dir.path(), "pods.yaml", &bad);
-    let set = load_dir(dir.path(), NODE, &good);
+    let set = load_dir(dir.path(), NODE, &Allowlist::default(), &good);
     assert_eq!(names(&set), ["one", "two"]);
     assert_ne!(set.pods[&key("one")], good.pods[&key("one")], "the valid document is applied");
     assert_eq!(set.pods[&key("two")], good.pods[&key("two")], "the bad one keeps the running pod unchanged");
@@ -180,12 +181,15 @@ fn bad_edit_keeps_the_previous_pods_of_that_file() {
 
     // Unparseable file: both kept. Removed file: both gone. Fixed file: applied.
     write(dir.path(), "pods.yaml", "apiVersion: v1\nkind: Pod\nspec: [\n");
-    let set = load_dir(dir.path(), NODE, &good);
+    let set = load_dir(dir.path(), NODE, &Allowlist::default(), &good);
     assert_eq!(set.pods, good.pods);
     fs::remove_file(dir.path().join("pods.yaml")).expect("rm");
-    assert!(load_dir(dir.path(), NODE, &set).pods.is_empty(), "a removed file removes its pods");
+    assert!(
+        load_dir(dir.path(), NODE, &Allowlist::default(), &set).pods.is_empty(),
+        "a removed file removes its pods"
+    );
     write(dir.path(), "pods.yaml", &pod("one", "busybox:3"));
-    let fixed = load_dir(dir.path(), NODE, &set);
+    let fixed = load_dir(dir.path(), NODE, &Allowlist::default(), &set);
     assert_eq!(names(&fixed), ["one"], "a valid file gives exactly its pods");
 }
 
@@ -194,7 +198,7 @@ fn conflicts_are_resolved_by_file_then_document() {
     let dir = tempdir();
     write(dir.path(), "b.yaml", &format!("{}---\n{}", pod("web", "nginx:2"), pod("web", "nginx:3")));
     write(dir.path(), "a.yaml", &pod("web", "nginx:1"));
-    let set = load_dir(dir.path(), NODE, &ManifestSet::default());
+    let set = load_dir(dir.path(), NODE, &Allowlist::default(), &ManifestSet::default());
     assert_eq!(names(&set), ["web"]);
     let winner = &set.pods[&key("web")];
     assert_eq!((winner.source.manifest(), winner.doc), (Some(dir.path().join("a.yaml").as_path()), 0));
@@ -215,7 +219,7 @@ fn conflicts_are_resolved_by_file_then_document() {
         "b.yaml",
         &pod("web", "nginx:2").replace("  name: web\n", "  name: web\n  namespace: dev\n"),
     );
-    let set = load_dir(dir.path(), NODE, &ManifestSet::default());
+    let set = load_dir(dir.path(), NODE, &Allowlist::default(), &ManifestSet::default());
     assert_eq!(set.pods.len(), 2);
     assert!(set.problems.is_empty(), "{:#?}", set.problems);
 }
@@ -224,9 +228,9 @@ fn conflicts_are_resolved_by_file_then_document() {
 fn unchanged_directory_gives_an_equal_set() {
     let dir = tempdir();
     write(dir.path(), "a.yaml", &pod("a", "busybox:1").replace("spec:\n", "spec:\n  nodeSelector: {a: b}\n"));
-    let first = load_dir(dir.path(), NODE, &ManifestSet::default());
+    let first = load_dir(dir.path(), NODE, &Allowlist::default(), &ManifestSet::default());
     assert_eq!(first.problems.len(), 1, "the warning");
-    assert_eq!(load_dir(dir.path(), NODE, &first), first);
+    assert_eq!(load_dir(dir.path(), NODE, &Allowlist::default(), &first), first);
 }
 
 #[test]
@@ -237,7 +241,7 @@ fn binary_and_huge_files_are_errors() {
     for name in ["bin.yaml", "huge.yaml"] {
         fs::set_permissions(dir.path().join(name), fs::Permissions::from_mode(0o644)).expect("chmod");
     }
-    let set = load_dir(dir.path(), NODE, &ManifestSet::default());
+    let set = load_dir(dir.path(), NODE, &Allowlist::default(), &ManifestSet::default());
     let reasons: Vec<_> = set.problems.iter().map(|p| (p.kind, p.reason.as_str())).collect();
     assert_eq!(
         reasons,

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::NODE;
 use crate::source::{ManifestSet, ProblemKind, load_dir};
+use crate::sysctl::Allowlist;
 
 fn pod(name: &str, image: &str) -> String {
     format!(
@@ -59,7 +60,7 @@ fn symlinks_and_special_files() {
         nix::sys::stat::makedev(1, 3),
     )
     .expect("mknod /dev/null twin");
-    let set = load_dir(dir.path(), NODE, &ManifestSet::default());
+    let set = load_dir(dir.path(), NODE, &Allowlist::default(), &ManifestSet::default());
     // A symlink inside the directory is one more file naming the same pod: a conflict.
     assert_eq!(set.pods.keys().map(|k| k.name.as_str()).collect::<Vec<_>>(), ["real"]);
     let got = problems(&ManifestSet {
@@ -109,7 +110,7 @@ fn a_file_rewritten_while_it_is_read_is_never_torn() {
     };
     let (mut whole, mut changing, mut empty) = (0, 0, 0);
     for _ in 0..300 {
-        let set = load_dir(dir.path(), NODE, &ManifestSet::default());
+        let set = load_dir(dir.path(), NODE, &Allowlist::default(), &ManifestSet::default());
         if let Some(p) = set.pods.values().next() {
             let image = p.pod.spec.as_ref().and_then(|s| s.containers[0].image.clone()).unwrap_or_default();
             assert!(images.contains(&image.as_str()), "torn read gave image {image:?}");

@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::NODE;
 use crate::source::{ManifestSet, watch_dir};
+use crate::sysctl::Allowlist;
 
 const DEADLINE: Duration = Duration::from_secs(10);
 /// Long enough that only inotify can explain a prompt update.
@@ -54,9 +55,15 @@ async fn watch_picks_up_added_and_removed_files() {
     let dir = tempfile::tempdir().expect("tempdir");
     write_pod(dir.path(), "first.yaml", "first");
     let cancel = CancellationToken::new();
-    let (mut rx, watch) = watch_dir(dir.path().to_path_buf(), NODE.to_string(), NO_RESYNC, cancel.clone())
-        .await
-        .expect("not cancelled");
+    let (mut rx, watch) = watch_dir(
+        dir.path().to_path_buf(),
+        NODE.to_string(),
+        Allowlist::default(),
+        NO_RESYNC,
+        cancel.clone(),
+    )
+    .await
+    .expect("not cancelled");
     tokio::spawn(watch);
     assert_eq!(names(&rx.borrow_and_update()), ["first"], "the first scan is done before watch_dir returns");
 
@@ -82,10 +89,15 @@ async fn watch_finds_a_directory_created_later_and_stops_on_cancel() {
     let parent = tempfile::tempdir().expect("tempdir");
     let dir = parent.path().join("manifests");
     let cancel = CancellationToken::new();
-    let (mut rx, watch) =
-        watch_dir(dir.clone(), NODE.to_string(), Duration::from_millis(100), cancel.clone())
-            .await
-            .expect("not cancelled");
+    let (mut rx, watch) = watch_dir(
+        dir.clone(),
+        NODE.to_string(),
+        Allowlist::default(),
+        Duration::from_millis(100),
+        cancel.clone(),
+    )
+    .await
+    .expect("not cancelled");
     tokio::spawn(watch);
     assert!(rx.borrow_and_update().pods.is_empty());
 
