@@ -244,10 +244,12 @@ mod tests {
         assert_eq!(parse_kernel("weird"), None);
     }
 
+    /// (unsafe patterns, sysctl, hostNetwork, hostIPC, refusal)
+    type Case<'a> = (&'a [&'a str], &'a str, bool, bool, Option<&'a str>);
+
     #[test]
     fn refusals_as_the_kubelet() {
-        // (unsafe patterns, sysctl, hostNetwork, hostIPC, refusal)
-        let cases: &[(&[&str], &str, bool, bool, Option<&str>)] = &[
+        let cases: &[Case] = &[
             (&[], "kernel.shm_rmid_forced", false, false, None),
             (&[], "kernel/shm_rmid_forced", false, false, None),
             (&[], "kernel.msgmax", false, false, Some(r#""kernel.msgmax" not allowlisted"#)),
