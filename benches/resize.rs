@@ -171,6 +171,7 @@ fn raw_node(dir: &Path) -> NodeConfig {
         host_ip: None,
         dns: crilet::dns::DnsSettings::default(),
         cgroup_driver: Default::default(),
+        seccomp_default: false,
     }
 }
 

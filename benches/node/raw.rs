@@ -32,6 +32,7 @@ pub fn node(dir: &Path) -> NodeConfig {
         host_ip: None,
         dns: crilet::dns::DnsSettings::default(),
         cgroup_driver: Default::default(),
+        seccomp_default: false,
     }
 }
 
