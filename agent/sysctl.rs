@@ -39,7 +39,6 @@ const SAFE: &[(&str, Option<(u32, u32)>)] = &[
 pub enum Namespace {
     Ipc,
     Net,
-    Uts,
 }
 
 impl Namespace {
@@ -47,17 +46,17 @@ impl Namespace {
         match self {
             Namespace::Ipc => "ipc",
             Namespace::Net => "net",
-            Namespace::Uts => "uts",
         }
     }
 }
 
-/// The namespace `name` (dot form) belongs to; `None` for a node-level sysctl.
+/// The namespace `name` (dot form) belongs to; `None` for a node-level sysctl. Upstream's
+/// table (component-helpers' `namespace.go`) knows only IPC and net: `kernel.hostname` and
+/// `kernel.domainname`, though the UTS namespace holds them, are not known to be namespaced
+/// there, so the kubelet never allows them; neither does crilet.
 pub fn namespace_of(name: &str) -> Option<Namespace> {
-    match name {
-        "kernel.sem" => return Some(Namespace::Ipc),
-        "kernel.hostname" | "kernel.domainname" => return Some(Namespace::Uts),
-        _ => {}
+    if name == "kernel.sem" {
+        return Some(Namespace::Ipc);
     }
     let prefixes = [
         ("kernel.shm", Namespace::Ipc),
@@ -93,7 +92,7 @@ pub enum AllowlistError {
     )]
     Syntax(String),
     #[error(
-        "--allowed-unsafe-sysctls: {0:?} is not known to be namespaced (only kernel.shm*, kernel.msg*, kernel.sem, fs.mqueue.*, net.*, kernel.hostname and kernel.domainname are): a node-level sysctl is never allowed to a pod"
+        "--allowed-unsafe-sysctls: {0:?} is not known to be namespaced (only kernel.shm*, kernel.msg*, kernel.sem, fs.mqueue.* and net.* are): a node-level sysctl is never allowed to a pod"
     )]
     NotNamespaced(String),
 }
@@ -159,10 +158,9 @@ impl Allowlist {
         let Some(ns) = ns else {
             return Some(format!("{name:?} not allowlisted"));
         };
-        // hostNetwork also shares the host's uts namespace (the kubelet's namespace options).
         let shared = match ns {
             Namespace::Ipc => host_ipc,
-            Namespace::Net | Namespace::Uts => host_network,
+            Namespace::Net => host_network,
         };
         shared.then(|| format!("{name:?} not allowed with host {} enabled", ns.name()))
     }
@@ -288,14 +286,7 @@ mod tests {
                 Some(r#""net.core.somaxconn" not allowed with host net enabled"#),
             ),
             (&["net.*"], "net/ipv4/conf/eno2.100/rp_filter", false, false, None),
-            (&["kernel.hostname"], "kernel.hostname", false, false, None),
-            (
-                &["kernel.hostname"],
-                "kernel.hostname",
-                true,
-                false,
-                Some(r#""kernel.hostname" not allowed with host uts enabled"#),
-            ),
+            (&["net.*"], "kernel.hostname", false, false, Some(r#""kernel.hostname" not allowlisted"#)),
             (&["net.*"], "vm.swappiness", false, false, Some(r#""vm.swappiness" not allowlisted"#)),
         ];
         for (patterns, name, net, ipc, want) in cases {
@@ -307,7 +298,15 @@ mod tests {
     #[test]
     fn unsafe_patterns_are_checked_as_the_kubelet_checks_them() {
         let bad = |p: &str| Allowlist::new(&[p.to_string()], Some((6, 1))).unwrap_err();
-        for p in ["vm.swappiness", "kernel.panic*", "*", "fs.*", "kernel.*"] {
+        for p in [
+            "vm.swappiness",
+            "kernel.panic*",
+            "*",
+            "fs.*",
+            "kernel.*",
+            "kernel.hostname",
+            "kernel.domainname",
+        ] {
             assert_eq!(bad(p), AllowlistError::NotNamespaced(normalize(p)), "{p}");
         }
         for p in ["Net.core", "net..core", "net.*.x", "net.core.*x", "-net.x", "net.x-", &"a".repeat(254)] {
