@@ -99,18 +99,7 @@ async fn a_denied_bootstrap_csr_stops_the_agent_with_its_name_and_reason() {
     assert!(csr["status"]["conditions"].is_null(), "the CSR was decided by someone else: {csr}");
     cluster.kubectl_ok(&["certificate", "deny", &name]);
 
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = agent.exited() {
-            break status;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "the agent still runs after its CSR was denied:\n{}",
-            agent.log()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let status = agent.wait_exit(Duration::from_secs(60), "after its CSR was denied").await;
     let log = std::fs::read_to_string(&agent.log_file).unwrap_or_default();
     assert!(!status.success(), "the agent exited {status} after a denial:\n{log}");
     // kubectl's own reason and message for a denial.

@@ -84,14 +84,7 @@ async fn static_pods_get_safe_sysctls_and_unsafe_ones_only_when_allowed() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_node_level_pattern_stops_the_agent_as_it_stops_the_kubelet() {
     let mut a = Agent::start_with_args("sy-node-level", &["--allowed-unsafe-sysctls", "vm.*"], &[]).await;
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(status) = a.exited() {
-            break status;
-        }
-        assert!(std::time::Instant::now() < deadline, "the agent still runs:\n{}", a.log());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let status = a.wait_exit(Duration::from_secs(10), "with a node-level pattern").await;
     assert!(!status.success());
     assert!(a.log().contains(r#""vm.*" is not known to be namespaced"#), "{}", a.log());
 }

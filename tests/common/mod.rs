@@ -172,6 +172,19 @@ impl Agent {
         self.child.as_mut().and_then(|c| c.try_wait().ok().flatten())
     }
 
+    /// Waits until the agent exits by itself; its exit status. Panics after `limit`, saying that
+    /// it still runs `after` (what should have stopped it).
+    pub async fn wait_exit(&mut self, limit: Duration, after: &str) -> std::process::ExitStatus {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.exited() {
+                return status;
+            }
+            assert!(start.elapsed() < limit, "the agent still runs {after}:\n{}", self.log());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// SIGTERMs the agent and waits for it to exit.
     pub fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
