@@ -128,3 +128,25 @@ fn amount(key: &str, q: &Quantity) -> i64 {
     let n = if key == "cpu" { v.milli_value() } else { v.value() };
     n.and_then(|n| i64::try_from(n).ok()).unwrap_or(i64::MAX)
 }
+
+/// The OS this node runs pods of (the kubelet's `runtime.GOOS`).
+pub const NODE_OS: &str = "linux";
+
+/// The kubelet's two OS refusals (lifecycle/predicate.go), in its order, as (reason, message):
+/// the pod's `kubernetes.io/os` label (its label, not its node selector, which is NodeAffinity's)
+/// naming another OS, then `spec.os.name` naming another OS. Static pods get them too: the
+/// kubelet admits them through the same handler.
+pub fn os_mismatch(pod: &Pod) -> Option<(&'static str, &'static str)> {
+    let label = pod.metadata.labels.as_ref().and_then(|l| l.get("kubernetes.io/os"));
+    if label.is_some_and(|os| os != NODE_OS) {
+        return Some((
+            "PodOSSelectorNodeLabelDoesNotMatch",
+            "Failed to admit pod as the `kubernetes.io/os` label doesn't match node label",
+        ));
+    }
+    let field = pod.spec.as_ref().and_then(|s| s.os.as_ref());
+    if field.is_some_and(|os| os.name != NODE_OS) {
+        return Some(("PodOSNotSupported", "Failed to admit pod as the OS field doesn't match node OS"));
+    }
+    None
+}

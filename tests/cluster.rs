@@ -282,6 +282,16 @@ async fn admission_refuses_what_does_not_fit_with_the_kubelets_reasons() {
         "{}",
         p["status"]
     );
+    // The kubelet's OS checks come before everything else it checks.
+    node.apply(&pod("windows", "  os: {name: windows}\n"));
+    let p = node.wait_pod("windows", "Failed", Duration::from_secs(30), |p| phase(p) == "Failed").await;
+    assert_eq!(p["status"]["reason"], "PodOSNotSupported", "{}", p["status"]);
+    assert_eq!(p["status"]["message"], "Failed to admit pod as the OS field doesn't match node OS");
+    let labelled = pod("labelled", "")
+        .replace("name: labelled}", "name: labelled, labels: {kubernetes.io/os: windows}}");
+    node.apply(&labelled);
+    let p = node.wait_pod("labelled", "Failed", Duration::from_secs(30), |p| phase(p) == "Failed").await;
+    assert_eq!(p["status"]["reason"], "PodOSSelectorNodeLabelDoesNotMatch", "{}", p["status"]);
     // The first pod was never disturbed.
     let first = node.api_pod("first").expect("first");
     assert_eq!(phase(&first), "Running");

@@ -39,6 +39,10 @@ pub struct Used {
 /// Admits `pod` onto a node with `room`, given what is `used`; `None` = admitted.
 pub fn admit(pod: &Pod, room: &NodeRoom, used: Used) -> Option<Rejection> {
     let spec = pod.spec.as_ref()?;
+    // The kubelet's predicate handler checks the OS first: no preemption could help.
+    if let Some(r) = os_mismatch(pod) {
+        return Some(r);
+    }
     if let Some(r) = unsupported(spec) {
         return Some(r);
     }
@@ -82,6 +86,12 @@ pub fn admit(pod: &Pod, room: &NodeRoom, used: Used) -> Option<Rejection> {
         });
     }
     None
+}
+
+/// The kubelet's OS checks, as a refusal.
+fn os_mismatch(pod: &Pod) -> Option<Rejection> {
+    crate::podspec::os_mismatch(pod)
+        .map(|(reason, message)| Rejection { reason: reason.into(), message: message.into() })
 }
 
 /// What crilet cannot serve: refused at admission with a message naming the field.
@@ -131,9 +141,6 @@ fn unsupported(spec: &PodSpec) -> Option<Rejection> {
     }
     if spec.host_users == Some(false) {
         found.push("spec.hostUsers: user namespaces are not supported by crilet".into());
-    }
-    if spec.os.as_ref().is_some_and(|o| o.name != "linux") {
-        found.push("spec.os.name: only linux pods run on this node".into());
     }
     if found.is_empty() {
         return None;
@@ -275,6 +282,39 @@ mod tests {
                 "spec: {securityContext: {sysctls: [{name: net.core.somaxconn, value: '1024'}]}, containers: [{name: c, image: i}]}",
                 used(0, 0, 0),
                 None,
+            ),
+            (
+                "spec: {os: {name: windows}, containers: [{name: c, image: i}]}",
+                used(0, 0, 0),
+                Some("PodOSNotSupported"),
+            ),
+            ("spec: {os: {name: linux}, containers: [{name: c, image: i}]}", used(0, 0, 0), None),
+            (
+                "metadata: {labels: {kubernetes.io/os: windows}}\nspec: {containers: [{name: c, image: i}]}",
+                used(0, 0, 0),
+                Some("PodOSSelectorNodeLabelDoesNotMatch"),
+            ),
+            (
+                "metadata: {labels: {kubernetes.io/os: linux}}\nspec: {os: {name: linux}, containers: [{name: c, image: i}]}",
+                used(0, 0, 0),
+                None,
+            ),
+            // Only the label counts, as upstream: a node selector for another OS is NodeAffinity.
+            (
+                "spec: {nodeSelector: {kubernetes.io/os: windows}, containers: [{name: c, image: i}]}",
+                used(0, 0, 0),
+                Some("NodeAffinity"),
+            ),
+            // The label is checked before the field, and both before crilet's own refusals.
+            (
+                "metadata: {labels: {kubernetes.io/os: windows}}\nspec: {os: {name: windows}, hostUsers: false, containers: [{name: c, image: i}]}",
+                used(0, 0, 0),
+                Some("PodOSSelectorNodeLabelDoesNotMatch"),
+            ),
+            (
+                "spec: {os: {name: windows}, hostUsers: false, containers: [{name: c, image: i}]}",
+                used(0, 0, 0),
+                Some("PodOSNotSupported"),
             ),
             (
                 "spec: {hostNetwork: true, securityContext: {sysctls: [{name: net.core.somaxconn, value: '1024'}]}, containers: [{name: c, image: i}]}",

@@ -28,6 +28,11 @@ pub(super) fn validate_pod(pod: &Pod, f: &mut Findings) {
     let volumes = volumes(spec, f);
     validate_container::containers(spec, &volumes, f);
     super::validate_seccomp::validate(pod, f);
+    // The kubelet admits static pods through its OS checks too; a refusal names its reason.
+    if let Some((reason, message)) = crate::podspec::os_mismatch(pod) {
+        let field = if reason == "PodOSNotSupported" { "spec.os.name" } else { "metadata.labels" };
+        f.error(field, format!("{reason}: {message}"));
+    }
 }
 
 fn metadata(meta: &ObjectMeta, f: &mut Findings) {
@@ -98,7 +103,7 @@ fn spec_fields(spec: &PodSpec, f: &mut Findings) {
     }
     match spec.os.as_ref().map(|os| os.name.as_str()) {
         None | Some("linux") => {}
-        Some("windows") => f.error("spec.os.name", "crilet runs Linux containers only"),
+        Some("windows") => {}
         Some(other) => one_of(f, "spec.os.name", Some(other), &["linux", "windows"]),
     }
 }

@@ -115,7 +115,13 @@ fn pod_cases() {
             "windows",
             |v| set(v, "/spec/os", json!({"name": "windows"})),
             "spec.os.name",
-            "Linux containers only",
+            "PodOSNotSupported: Failed to admit pod as the OS field doesn't match node OS",
+        ),
+        (
+            "kubernetes.io/os label",
+            |v| set(v, "/metadata/labels", json!({"kubernetes.io/os": "windows"})),
+            "metadata.labels",
+            "PodOSSelectorNodeLabelDoesNotMatch: Failed to admit pod as the `kubernetes.io/os` label",
         ),
         (
             "imagePullSecrets",
