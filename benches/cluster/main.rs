@@ -20,6 +20,8 @@
 //!   CRILET_BENCH_CLUSTER_WINDOW   steady window, seconds [60]
 //!   CRILET_BENCH_CLUSTER_ONLY     `kubelet` or `crilet`: run that side only (to try it out) [both]
 //!   CRILET_BENCH_MD               where to write the markdown section [stdout only]
+//!   CRILET_BENCH_CLUSTER_CHECK    `security`: instead of the timings, the restricted namespace's
+//!                                 side-by-side check (security.rs; hack/security-peer.sh)
 
 // The kubelet's cgroup root and mounts (shared with the node benchmark's kubelet).
 mod agents;
@@ -33,6 +35,7 @@ mod node_agent;
 #[allow(dead_code)]
 mod report;
 mod scenarios;
+mod security;
 mod shared;
 
 use std::collections::HashMap;
@@ -251,6 +254,12 @@ async fn main() {
     }
     let client = admin_client(&need(&vars, "CRILET_CLUSTER_KUBECONFIG")).await;
     let namespaces = ensure_namespace(&client, NS).await;
+    if std::env::var("CRILET_BENCH_CLUSTER_CHECK").as_deref() == Ok("security") {
+        let md = security_check(&client, &env, &kinds).await;
+        let _ = namespaces.delete(security::NS, &DeleteParams::default()).await;
+        finish(&client, &env, &md).await;
+        return;
+    }
     let watch = scenarios::PodWatch::start(client.clone());
 
     let rounds = env_num("CRILET_BENCH_CLUSTER_ROUNDS", 2);
@@ -262,17 +271,38 @@ async fn main() {
         }
     }
     let _ = namespaces.delete(NS, &DeleteParams::default()).await;
+    let pods = env_num("CRILET_BENCH_CLUSTER_PODS", 110);
+    let scenario = report(&k, &c, rounds, pods, env_num("CRILET_BENCH_CLUSTER_WINDOW", 60));
+    finish(&client, &env, &scenario.markdown()).await;
+}
+
+/// Removes the agents' Nodes and state, prints the report and writes it to `CRILET_BENCH_MD`.
+async fn finish(client: &Client, env: &Env, md: &str) {
     let nodes: Api<Node> = Api::all(client.clone());
     for kind in [Kind::Kubelet, Kind::Crilet] {
         let _ = nodes.delete(kind.node(), &DeleteParams::default()).await;
     }
     agents::clean_dir(&env.dir);
-
-    let pods = env_num("CRILET_BENCH_CLUSTER_PODS", 110);
-    let scenario = report(&k, &c, rounds, pods, env_num("CRILET_BENCH_CLUSTER_WINDOW", 60));
-    let md = scenario.markdown();
     print!("{md}");
     if let Ok(path) = std::env::var("CRILET_BENCH_MD") {
-        std::fs::write(&path, &md).unwrap_or_else(|e| panic!("{path}: {e}"));
+        std::fs::write(&path, md).unwrap_or_else(|e| panic!("{path}: {e}"));
     }
+}
+
+/// The restricted namespace's check on each agent in turn (never both at once), as a table.
+async fn security_check(client: &Client, env: &Env, kinds: &[Kind]) -> String {
+    security::ensure_namespace(client).await;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let (mut kubelet, mut crilet) = (Vec::new(), Vec::new());
+    for &kind in kinds {
+        eprintln!("== security check: {}", kind.label());
+        let mut agent = Agent::start(env, kind);
+        agent.wait_ready(&nodes).await;
+        let report = security::check(client, env, kind).await;
+        eprintln!("  {report:?}");
+        agent.stop().await;
+        remove_runtime_leftovers(&env.cri, security::NS).await;
+        *(if kind == Kind::Kubelet { &mut kubelet } else { &mut crilet }) = report;
+    }
+    security::markdown(&kubelet, &crilet)
 }
