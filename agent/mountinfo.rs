@@ -89,6 +89,31 @@ pub fn holding<'a>(mounts: &'a [MountEntry], path: &Path) -> Option<&'a MountEnt
     mounts.iter().rev().find(|m| path.starts_with(&m.mount_point))
 }
 
+/// The mount points at or below `dir`, as the mount table lists them.
+pub fn at_or_below(mounts: &[MountEntry], dir: &Path) -> Vec<PathBuf> {
+    mounts.iter().filter(|m| m.mount_point.starts_with(dir)).map(|m| m.mount_point.clone()).collect()
+}
+
+/// Removes the tree at `dir` unless something is mounted at or below it, which is left in place
+/// and returned as the error: a removal never crosses into a mount, as the kubelet's
+/// `RemoveAllOneFilesystem` never does. A privileged `Bidirectional` container may have mounted
+/// anything into its emptyDir, even host directories, and the host keeps those mounts after
+/// the container is gone (upstream leaves unmounting them to the container). Blocks on the disk.
+pub fn remove_tree_unless_mounted(dir: &Path) -> Result<(), String> {
+    let table =
+        std::fs::read_to_string(SELF_MOUNTINFO).map_err(|e| format!("reading {SELF_MOUNTINFO}: {e}"))?;
+    let real = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let mounted = at_or_below(&parse(&table), &real);
+    if !mounted.is_empty() {
+        let list: Vec<String> = mounted.iter().map(|p| p.display().to_string()).collect();
+        return Err(format!("{} still has mounts at or below it: {}", dir.display(), list.join(", ")));
+    }
+    match std::fs::remove_dir_all(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(format!("removing {}: {e}", dir.display())),
+        _ => Ok(()),
+    }
+}
+
 /// Why a mount with this propagation cannot take its source from `path`, or `None` when it
 /// can: containerd's rule (`ensureShared` / `ensureSharedOrSlave`), checked by crilet first so
 /// the message can name the volume. `bidirectional` needs a shared mount; host-to-container a
@@ -189,6 +214,9 @@ bad line
             assert_eq!(m.propagation(), propagation, "{name}");
         }
         assert_eq!(mounts.len(), 9, "the malformed line is skipped");
+        let below = at_or_below(&mounts, Path::new("/srv/shared"));
+        assert_eq!(below.len(), 4, "{below:?}");
+        assert!(at_or_below(&mounts, Path::new("/srv/sharedx")).is_empty());
         assert_eq!(mounts[4].root, Path::new("/var/lib/crilet"));
     }
 

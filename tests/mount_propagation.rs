@@ -43,6 +43,16 @@ impl Drop for SharedDir {
     }
 }
 
+/// Unmounts everything at or below its path when dropped: the agent's root-dir bind and the
+/// mounts the test or its pods made in it, even when an assertion fails.
+struct UnmountOnDrop(PathBuf);
+
+impl Drop for UnmountOnDrop {
+    fn drop(&mut self) {
+        unmount_below(&self.0);
+    }
+}
+
 /// Runs a host command that must succeed.
 fn run(cmd: &str, args: &[&str]) {
     let out = Command::new(cmd).args(args).output().unwrap_or_else(|e| panic!("{cmd}: {e}"));
@@ -105,6 +115,7 @@ const NS: &str = "mp-static";
 async fn static_pods_get_the_propagation_they_ask_for() {
     let shared = SharedDir::new("/var/lib/crilet-dev/tests/mp-host/shared");
     let mut a = Agent::start("mp-static").await;
+    let _mounts = UnmountOnDrop(a.root.clone());
     let vol = host_volume("s", &shared.0);
     let both = format!("{}{}", watcher("h2c", "s", "HostToContainer"), watcher("none", "s", "None"));
     a.write_manifest("watch.yaml", &pod(NS, "mp-watch", &vol, &both));
@@ -149,6 +160,24 @@ async fn static_pods_get_the_propagation_they_ask_for() {
     assert_eq!(std::fs::read_to_string(inner.join("made-inside")).expect("the file made inside"), "made\n");
     run("umount", &[inner.to_str().expect("utf-8")]);
 
+    // Bidirectional on an emptyDir: the container's tmpfs reaches the pod dir on the host, and
+    // removing the pod never deletes through it (the pod dir is left, with a warning).
+    let bidi_empty = bidi.replace("name: s,", "name: scratch,");
+    a.write_manifest("bidi-empty.yaml", &pod(NS, "mp-bidi-empty", empty, &bidi_empty));
+    says(&a, NS, "mp-bidi-empty", "bidi", "MOUNTED").await;
+    let p = running_pod(&a, "mp-bidi-empty").await;
+    let uid = p["metadata"]["uid"].as_str().expect("uid").to_string();
+    let pod_dir = root.join("pods").join(&uid);
+    let kept = pod_dir.join("volumes/kubernetes.io~empty-dir/scratch/inner/made-inside");
+    assert!(kept.exists(), "the container's tmpfs is seen in the pod dir on the host");
+    a.remove_manifest("bidi-empty.yaml");
+    wait_for("the pod dir left in place", Duration::from_secs(30), || async {
+        (a.log().contains("pod dir left in place") && a.pod("mp-bidi-empty").is_none()).then_some(())
+    })
+    .await;
+    assert!(kept.exists(), "removing the pod deleted a file inside a mount in its emptyDir");
+    unmount_below(&pod_dir);
+
     // Bidirectional in a container that is not privileged: refused up front.
     let refused = pod(NS, "mp-refused", &vol, &watcher("c", "s", "Bidirectional"));
     a.write_manifest("refused.yaml", &refused);
@@ -190,10 +219,9 @@ async fn static_pods_get_the_propagation_they_ask_for() {
         );
     }
 
-    // The agent's pods go, then its root-dir bind (teardown's job after a whole suite).
+    // The agent's pods go, then (the guard) its root-dir bind: teardown's job after a suite.
     a.kill();
     remove_pods_of(&Env::load().cri(), &a.manifests).await;
-    unmount_below(&a.root);
 }
 
 #[tokio::test(flavor = "multi_thread")]
