@@ -18,6 +18,7 @@ pub mod logrotate;
 pub mod logs;
 pub mod metrics;
 pub mod model;
+pub mod mountinfo;
 pub mod node;
 pub mod pleg;
 pub mod pod;

@@ -6,7 +6,8 @@
 #             sandbox in our containerd's k8s.io namespace (with the CNI teardown the CRI
 #             plugin would do: portmap/bridge DEL, netns removal), delete bridge crilet0 and
 #             the egress guard, stop our containerd and the registry, and remove the demo
-#             agent's pod state and logs (its pods are gone). Images, the registry's data and
+#             agent's pod state and logs (its pods are gone), after unmounting the shared binds
+#             crilet makes of its agents' root dirs (mount propagation). Images, the registry's data and
 #             the containerd root stay, so the next setup.sh is fast.
 #             The control plane of hack/cluster.sh is stopped (`cluster.sh down --purge`: its
 #             processes by pid file, then its PKI, kubeconfigs, node identities, etcd data, pid
@@ -267,6 +268,22 @@ remove_network() {
     fi
 }
 
+# unmount_agent_root_dirs — the shared binds crilet makes of its --root-dir for mount
+# propagation (a directory bind-mounted onto itself, recorded by the file rshared-bind in it),
+# for every agent under $CRILET_DEV (the demo's, the tests', e2e's, the benchmarks'), with
+# whatever pods' Bidirectional mounts or tests left below them; deepest first.
+unmount_agent_root_dirs() {
+    local root mnt
+    while read -r root; do
+        [ -f "$root/rshared-bind" ] || continue
+        log "unmounting crilet's shared bind of $root"
+        awk -v d="$root" '$5 == d || index($5, d "/") == 1 {print $5}' /proc/self/mountinfo | sort -ru |
+            while read -r mnt; do
+                umount "$mnt" 2>/dev/null || umount -l "$mnt" 2>/dev/null || warn "could not unmount $mnt"
+            done
+    done < <(awk -v p="$CRILET_DEV/" 'index($5, p) == 1 {print $5}' /proc/self/mountinfo | sort -u)
+}
+
 # remove_agent_state — the demo agent's pod state (saved statuses, restart counts, emptyDirs)
 # and its pod logs, once every pod is gone: a next demo must start its pods afresh, not count
 # the containers this teardown removed as restarts.
@@ -351,6 +368,7 @@ if [ -f "$CONTAINERD_CONFIG" ]; then
 fi
 remove_orphan_netns
 if [ "$listed" = 1 ] && [ -z "$remaining" ]; then
+    unmount_agent_root_dirs
     remove_agent_state
 fi
 if [ -z "$remaining" ] && [ -d "$CNI_IPAM_DIR" ]; then

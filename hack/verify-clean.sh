@@ -6,7 +6,8 @@
 # control plane of hack/cluster.sh: no pid file of it, no listener on its ports; OpenKruise's
 # kruise-manager and kruise-daemons of hack/kruise.sh, likewise, and its /hostvarrun link), no
 # pod cgroup in any hierarchy (when setup made the pod cgroup parent), no socket under
-# /run/crilet-dev, no mount under /run/crilet-dev or /var/lib/crilet-dev, no network
+# /run/crilet-dev, no mount under /run/crilet-dev or /var/lib/crilet-dev (crilet's shared
+# binds of its agents' root dirs among them, named as such), no network
 # namespace or interface of ours (bridges crilet0 / crilet-ct0 and their veths), no iptables
 # chain of ours (CRILET-*; portmap's CNI-HOSTPORT-* when setup made them), ip_forward back to
 # its earlier value. Prints one line per leftover; exit 1 if there is any.
@@ -68,7 +69,13 @@ fi
 
 while read -r sock; do leftover "socket $sock"; done < <(find "$CRILET_RUN" -type s 2>/dev/null)
 
-while read -r mnt; do leftover "mount $mnt"; done < <(awk -v a="$CRILET_RUN/" -v b="$CRILET_DEV/" \
+while read -r mnt; do
+    if [ -f "$mnt/rshared-bind" ]; then
+        leftover "mount $mnt (crilet's shared bind of a root dir, for mount propagation)"
+    else
+        leftover "mount $mnt"
+    fi
+done < <(awk -v a="$CRILET_RUN/" -v b="$CRILET_DEV/" \
     'index($5, a) == 1 || index($5, b) == 1 {print $5}' /proc/self/mountinfo)
 
 for link in crilet0 crilet-ct0; do

@@ -42,7 +42,10 @@ fn reap_leftovers(node: &crate::node::NodeConfig, busy: &HashSet<String>) -> Vec
             continue;
         }
         info!(uid = %uid, "removing what is left of a pod removed earlier");
-        let _ = std::fs::remove_dir_all(e.path());
+        // Never into a mount a Bidirectional container left there (see mountinfo).
+        if let Err(why) = crate::mountinfo::remove_tree_unless_mounted(&e.path()) {
+            tracing::warn!(uid = %uid, reason = %why, "pod dir left in place");
+        }
         reaped.push(uid.clone());
         let suffix = format!("_{uid}");
         let Ok(logs) = std::fs::read_dir(&node.pod_logs_dir) else { continue };

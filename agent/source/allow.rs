@@ -267,7 +267,7 @@ static VOLUME_MOUNT: Table = Table {
         ("mountPath", Leaf),
         ("readOnly", Leaf),
         ("subPath", Leaf),
-        ("mountPropagation", Warn("mount propagation is not supported by crilet; the mount is private")),
+        ("mountPropagation", Leaf),
         ("subPathExpr", Reject("subPathExpr is not supported by crilet")),
         ("recursiveReadOnly", Reject("recursiveReadOnly is not supported by crilet")),
     ],

@@ -335,6 +335,18 @@ fn mounts(c: &Container, path: &str, pod: &Pod<'_>, f: &mut Findings) {
                 f.error(format!("{path}.subPath"), "must not contain '..'");
             }
         }
+        mount_propagation(c, mount.mount_propagation.as_deref(), &format!("{path}.mountPropagation"), f);
+    }
+}
+
+/// `mountPropagation` as the API server's `validateMountPropagation` checks it: one of the
+/// three modes, and `Bidirectional` only in a privileged container (a mount made inside would
+/// reach the host).
+fn mount_propagation(c: &Container, mode: Option<&str>, path: &str, f: &mut Findings) {
+    one_of(f, path, mode, &["Bidirectional", "HostToContainer", "None"]);
+    let privileged = c.security_context.as_ref().and_then(|sc| sc.privileged) == Some(true);
+    if mode == Some("Bidirectional") && !privileged {
+        f.error(path, crate::mountinfo::BIDIRECTIONAL_UNPRIVILEGED);
     }
 }
 

@@ -125,6 +125,9 @@ impl Agent {
         };
         // Through containerd itself, never through a proxy the test put in between.
         remove_pods_of(&Env::load().cri(), &a.manifests).await;
+        // An earlier run's root dir may still be the shared bind crilet makes for mount
+        // propagation: the removal below would stop at it.
+        unmount_below(&a.dir);
         let _ = std::fs::remove_dir_all(&a.dir);
         for d in [&a.manifests, &a.root, &a.logs] {
             std::fs::create_dir_all(d).expect("mkdir");
@@ -244,6 +247,28 @@ impl Agent {
 impl Drop for Agent {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// Unmounts (lazily, deepest first) every mount at or below `dir`: the root-dir bind crilet
+/// makes for mount propagation, and mounts tests or pods made inside it.
+pub fn unmount_below(dir: &Path) {
+    // Mounts stacked on one point come off one per round.
+    for _ in 0..5 {
+        let Ok(table) = std::fs::read_to_string(crilet::mountinfo::SELF_MOUNTINFO) else { return };
+        let mut points: Vec<PathBuf> = crilet::mountinfo::parse(&table)
+            .into_iter()
+            .map(|m| m.mount_point)
+            .filter(|p| p.starts_with(dir))
+            .collect();
+        if points.is_empty() {
+            return;
+        }
+        points.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+        points.dedup();
+        for p in points {
+            let _ = nix::mount::umount2(&p, nix::mount::MntFlags::MNT_DETACH);
+        }
     }
 }
 

@@ -1,7 +1,61 @@
 //! A container's mounts: volumes, subPaths (expanded and never through a symlink), hostPath
-//! checks, `/etc/hosts`, and the termination message file.
+//! checks, mount propagation, `/etc/hosts`, and the termination message file.
 
 use super::*;
+
+use crate::mountinfo::BIDIRECTIONAL_UNPRIVILEGED;
+
+/// A volume mount's `mountPropagation` as CRI's propagation, as the kubelet's
+/// `translateMountPropagation` maps it: unset and `None` are private (rprivate),
+/// `HostToContainer` rslave, `Bidirectional` rshared. Anything else is the kubelet's error; a
+/// bidirectional mount of an unprivileged container is refused with the API server's words
+/// (validation refuses it first for every pod; this keeps it refused whatever let it through).
+pub(super) fn translate_propagation(
+    mode: Option<&str>,
+    privileged: bool,
+) -> Result<api::MountPropagation, String> {
+    use api::MountPropagation as P;
+    match mode {
+        None | Some("None") => Ok(P::PropagationPrivate),
+        Some("HostToContainer") => Ok(P::PropagationHostToContainer),
+        Some("Bidirectional") if privileged => Ok(P::PropagationBidirectional),
+        Some("Bidirectional") => Err(BIDIRECTIONAL_UNPRIVILEGED.to_string()),
+        Some(other) => Err(format!("invalid MountPropagation mode: {other:?}")),
+    }
+}
+
+/// Why `host` cannot be the source of a mount with `propagation`, if it cannot: containerd
+/// refuses a host-to-container mount whose source is not on a shared or slave mount, and a
+/// bidirectional one not on a shared mount; crilet checks first so the error names the volume.
+/// A source under `--root-dir` (emptyDir, configMap and the other volumes crilet makes) is
+/// first put on a shared mount, as the kubelet keeps its root dir rshared. Blocks on the host's
+/// mount table.
+fn check_propagation_source(
+    node: &NodeConfig,
+    host: &Path,
+    propagation: api::MountPropagation,
+) -> Result<(), String> {
+    if propagation == api::MountPropagation::PropagationPrivate {
+        return Ok(());
+    }
+    // containerd resolves the source's symlinks before it looks.
+    let real = std::fs::canonicalize(host).map_err(|e| format!("{}: {e}", host.display()))?;
+    let root = std::fs::canonicalize(&node.root_dir).unwrap_or_else(|_| node.root_dir.clone());
+    if real.starts_with(&root) {
+        let done = crate::mountinfo::make_rshared(&root)
+            .map_err(|e| format!("making the root dir {} a shared mount: {e}", root.display()))?;
+        if done == crate::mountinfo::RShared::BindMounted {
+            tracing::info!(dir = %root.display(), "bind-mounted the root dir onto itself with shared propagation");
+        }
+    }
+    let table = std::fs::read_to_string(crate::mountinfo::SELF_MOUNTINFO)
+        .map_err(|e| format!("reading {}: {e}", crate::mountinfo::SELF_MOUNTINFO))?;
+    let bidirectional = propagation == api::MountPropagation::PropagationBidirectional;
+    match crate::mountinfo::propagation_problem(&crate::mountinfo::parse(&table), &real, bidirectional) {
+        Some(why) => Err(why),
+        None => Ok(()),
+    }
+}
 
 /// A mount's `subPathExpr` with `$(VAR)` taken from the container's environment, refused as
 /// the kubelet refuses it: a variable without a value, an absolute path, a `..` step.
@@ -45,7 +99,11 @@ pub(super) fn prepare_mounts(work: &MountWork) -> Result<(Vec<api::Mount>, Optio
     let (node, d, c, env) = (&work.node, &work.desired, &work.container, &work.env);
     let volumes = d.pod.spec.as_ref().and_then(|s| s.volumes.clone()).unwrap_or_default();
     let mut mounts = Vec::new();
+    let privileged = c.security_context.as_ref().and_then(|sc| sc.privileged) == Some(true);
     for vm in c.volume_mounts.iter().flatten() {
+        let mode = vm.mount_propagation.as_deref();
+        let propagation = translate_propagation(mode, privileged)
+            .map_err(|m| format!("volume {:?} mountPropagation: {m}", vm.name))?;
         let Some(vol) = volumes.iter().find(|v| v.name == vm.name) else {
             return Err(format!("volume {:?} not found", vm.name));
         };
@@ -78,11 +136,15 @@ pub(super) fn prepare_mounts(work: &MountWork) -> Result<(Vec<api::Mount>, Optio
             };
             host = resolved.map_err(|e| format!("volume {:?} subPath {sub:?}: {e}", vol.name))?;
         }
+        check_propagation_source(node, &host, propagation).map_err(|m| {
+            format!("volume {:?} mountPropagation {}: {m}", vol.name, mode.unwrap_or_default())
+        })?;
         mounts.push(api::Mount {
             container_path: vm.mount_path.clone(),
             host_path: host.display().to_string(),
             // The kubelet mounts these volume types read-only whatever the mount says.
             readonly: vm.read_only == Some(true) || api_volume.is_some(),
+            propagation: propagation as i32,
             ..Default::default()
         });
     }
@@ -188,6 +250,22 @@ pub fn hosts_file(pod: &k8s_openapi::api::core::v1::Pod, pod_ips: &[String]) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mount_propagation_maps_as_the_kubelets() {
+        use api::MountPropagation as P;
+        let cases = [
+            (None, false, Ok(P::PropagationPrivate)),
+            (Some("None"), false, Ok(P::PropagationPrivate)),
+            (Some("HostToContainer"), false, Ok(P::PropagationHostToContainer)),
+            (Some("Bidirectional"), true, Ok(P::PropagationBidirectional)),
+            (Some("Bidirectional"), false, Err(BIDIRECTIONAL_UNPRIVILEGED.to_string())),
+            (Some("rshared"), true, Err("invalid MountPropagation mode: \"rshared\"".to_string())),
+        ];
+        for (mode, privileged, want) in cases {
+            assert_eq!(translate_propagation(mode, privileged), want, "{mode:?} privileged={privileged}");
+        }
+    }
 
     #[test]
     fn sub_path_expressions_expand_and_are_checked_as_the_kubelets() {

@@ -129,7 +129,13 @@ impl Worker {
             crate::pod::cgroups::remove_pod_cgroups_settled(&ctx.cgroups, &self.desired.uid).await;
             // The pod dir goes last: an agent killed before this point finds it at its next
             // start and finishes the removal (Supervisor::reap_leftover_dirs).
-            remove_tree(pod_dir(&ctx.node, &self.desired.uid)).await;
+            // Never into a mount a Bidirectional container left there (see mountinfo).
+            let dir = pod_dir(&ctx.node, &self.desired.uid);
+            if let Ok(Err(why)) =
+                crate::blocking(move || Ok(crate::mountinfo::remove_tree_unless_mounted(&dir))).await
+            {
+                tracing::warn!(pod = %key, reason = %why, "pod dir left in place");
+            }
             self.probes.stop();
             ctx.registry.remove_pod(&key);
             ctx.exec.rec.normal(&key, None, "Removed", format!("Pod {} removed", key));

@@ -100,12 +100,6 @@ fn warning_cases() {
             "spec.containers[0].resources.limits.example.com/gpu",
             "not enforced",
         ),
-        (
-            "mountPropagation",
-            |v| set(v, "/spec/containers/0/volumeMounts/0/mountPropagation", json!("HostToContainer")),
-            "spec.containers[0].volumeMounts[0].mountPropagation",
-            "private",
-        ),
     ];
     for (name, edit, field, reason) in cases {
         let mut v = base();
@@ -195,6 +189,15 @@ fn valid_cases() {
                 v,
                 "/spec/initContainers",
                 json!([{"name": "setup", "image": "busybox:1", "securityContext": {"seccompProfile": {"type": "Unconfined"}}}]),
+            );
+        }),
+        ("mount propagation: HostToContainer, and Bidirectional when privileged", |v| {
+            set(v, "/spec/containers/0/volumeMounts/0/mountPropagation", json!("HostToContainer"));
+            set(
+                v,
+                "/spec/initContainers",
+                json!([{"name": "setup", "image": "busybox:1", "securityContext": {"privileged": true},
+                        "volumeMounts": [{"name": "data", "mountPath": "/d", "mountPropagation": "Bidirectional"}]}]),
             );
         }),
         ("a privileged container that asks for Unconfined: no warning", |v| {

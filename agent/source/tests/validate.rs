@@ -234,6 +234,34 @@ fn volume_cases() {
             "spec.volumes[0].emptyDir.sizeLimit",
             "must be a quantity",
         ),
+        (
+            "mountPropagation unknown",
+            |v| set(v, "/spec/containers/0/volumeMounts/0/mountPropagation", json!("rshared")),
+            "spec.containers[0].volumeMounts[0].mountPropagation",
+            "unsupported value \"rshared\": supported values are \"Bidirectional\", \"HostToContainer\", \"None\"",
+        ),
+        (
+            "mountPropagation Bidirectional, not privileged",
+            |v| {
+                set(v, "/spec/containers/0/volumeMounts/0/mountPropagation", json!("Bidirectional"));
+                set(v, "/spec/containers/0/securityContext", json!({"privileged": false}));
+            },
+            "spec.containers[0].volumeMounts[0].mountPropagation",
+            "Bidirectional mount propagation is available only to privileged containers",
+        ),
+        (
+            "mountPropagation Bidirectional in an init container, privileged unset",
+            |v| {
+                set(
+                    v,
+                    "/spec/initContainers",
+                    json!([{"name": "setup", "image": "busybox:1",
+                            "volumeMounts": [{"name": "data", "mountPath": "/d", "mountPropagation": "Bidirectional"}]}]),
+                );
+            },
+            "spec.initContainers[0].volumeMounts[0].mountPropagation",
+            "available only to privileged containers",
+        ),
     ]);
 }
 
