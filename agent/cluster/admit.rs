@@ -132,6 +132,15 @@ fn unsupported(spec: &PodSpec) -> Option<Rejection> {
     if spec.host_users == Some(false) {
         found.push("spec.hostUsers: user namespaces are not supported by crilet".into());
     }
+    // Security-context values crilet would otherwise leave unenforced (procMount Unmasked,
+    // capability names the runtime ignores). The rest of the security context is served as the
+    // kubelet serves it on Linux: seLinuxOptions go to the runtime, which applies them where
+    // SELinux is enabled; windowsOptions, seLinuxChangePolicy and fsGroupChangePolicy are
+    // ignored by the kubelet too on a Linux node without SELinux or volume ownership changes,
+    // and refusing them would turn away ordinary (restricted-profile) workloads.
+    found.extend(
+        crate::pod::security::unsupported(spec).into_iter().map(|(field, why)| format!("{field}: {why}")),
+    );
     if spec.os.as_ref().is_some_and(|o| o.name != "linux") {
         found.push("spec.os.name: only linux pods run on this node".into());
     }
@@ -326,6 +335,14 @@ mod tests {
             (
                 "spec: {os: {name: linux}, containers: [{name: c, image: i, lifecycle: {stopSignal: SIGUSR1}}]}",
                 None,
+            ),
+            (
+                "spec: {securityContext: {runAsNonRoot: true, fsGroup: 2, supplementalGroupsPolicy: Strict, seLinuxOptions: {level: 's0:c1'}}, containers: [{name: c, image: i, securityContext: {procMount: Default, capabilities: {drop: [ALL], add: [NET_BIND_SERVICE]}, windowsOptions: {runAsUserName: x}}}]}",
+                None,
+            ),
+            (
+                "spec: {containers: [{name: c, image: i, securityContext: {procMount: Unmasked, capabilities: {drop: [CAP_SYS_ADMIN]}}}]}",
+                Some(&["spec.containers[0].securityContext.procMount", "capabilities.drop[0]"][..]),
             ),
         ];
         for (yaml, want) in cases {
