@@ -26,6 +26,8 @@ pub struct NodeRoom {
     /// Allocatable cpu in millicores and memory in bytes.
     pub cpu_milli: i64,
     pub memory: i64,
+    /// The runtime applies `supplementalGroupsPolicy: Strict` (its CRI features say so).
+    pub supplemental_groups_policy: bool,
 }
 
 /// Requests of the pods admitted so far (active ones only).
@@ -45,6 +47,15 @@ pub fn admit(pod: &Pod, room: &NodeRoom, used: Used) -> Option<Rejection> {
     // The kubelet's sysctl admit handler runs before its resource and affinity predicates.
     if let Some((_, message)) = room.sysctls.admit(pod) {
         return Some(Rejection { reason: sysctl::FORBIDDEN_REASON.into(), message });
+    }
+    // The kubelet's predicate: Strict where the runtime cannot apply it is refused, not run as
+    // Merge (which would give the process the image's group memberships).
+    let strict = spec.security_context.as_ref().and_then(|s| s.supplemental_groups_policy.as_deref());
+    if strict == Some("Strict") && !room.supplemental_groups_policy {
+        return Some(Rejection {
+            reason: "SupplementalGroupsPolicyNotSupported".into(),
+            message: "SupplementalGroupsPolicy=Strict is not supported in this node".into(),
+        });
     }
     if !selector_matches(spec, room) {
         return Some(Rejection {
@@ -238,6 +249,7 @@ mod tests {
             cpu_milli: 2000,
             memory: 1 << 30,
             sysctls: Allowlist::new(&["net.core.*".to_string()], Some((6, 1))).expect("valid pattern"),
+            supplemental_groups_policy: true,
         }
     }
 
@@ -358,6 +370,26 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn strict_groups_need_the_runtime_feature() {
+        let strict = pod(
+            "spec: {securityContext: {supplementalGroupsPolicy: Strict}, containers: [{name: c, image: i}]}",
+        );
+        let merge = pod(
+            "spec: {securityContext: {supplementalGroupsPolicy: Merge}, containers: [{name: c, image: i}]}",
+        );
+        let without = NodeRoom { supplemental_groups_policy: false, ..room() };
+        assert_eq!(admit(&strict, &room(), Used::default()), None);
+        assert_eq!(admit(&merge, &without, Used::default()), None);
+        assert_eq!(
+            admit(&strict, &without, Used::default()),
+            Some(Rejection {
+                reason: "SupplementalGroupsPolicyNotSupported".into(),
+                message: "SupplementalGroupsPolicy=Strict is not supported in this node".into(),
+            })
+        );
     }
 
     #[test]
