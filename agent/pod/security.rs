@@ -305,7 +305,9 @@ mod tests {
     fn run_as_non_root_as_the_kubelet() {
         let id = ("web", "ns", "u-1");
         let at = "(pod: \"web_ns(u-1)\", container: c)";
-        let cases: [(&str, (Option<i64>, &str), Option<String>); 8] = [
+        // (container securityContext, the image's (uid, user name), the refusal)
+        type Case<'a> = (&'a str, (Option<i64>, &'a str), Option<String>);
+        let cases: [Case; 8] = [
             ("{}", (Some(0), ""), None),
             ("{runAsNonRoot: false}", (Some(0), ""), None),
             (
