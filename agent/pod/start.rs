@@ -218,6 +218,9 @@ pub async fn start_container(ctx: &StartContext, req: &StartRequest<'_>) -> Resu
         Some(id) => id,
         None => ensure_image(&ctx.images, d, c, req.sandbox_config, req.images_seen).await?,
     };
+    verify_strict_groups(&*ctx.exec.cri, d).await.inspect_err(|e| {
+        ctx.exec.rec.warning(&d.key, name, "Failed", format!("Error: {}", e.message));
+    })?;
     verify_run_as_non_root(&*ctx.exec.cri, d, c, &image_ref).await.inspect_err(|e| {
         ctx.exec.rec.warning(&d.key, name, "Failed", format!("Error: {}", e.message));
     })?;
@@ -361,6 +364,24 @@ fn link_legacy_log(link: &Path, target: &Path) -> std::io::Result<()> {
             std::os::unix::fs::symlink(target, link)
         })
         .map_err(|e| std::io::Error::new(e.kind(), format!("linking {}: {e}", link.display())))
+}
+
+/// `supplementalGroupsPolicy: Strict` on a runtime that would apply Merge instead (containerd
+/// 1.x) is an error, not a silent Merge. API pods are refused at admission already (the
+/// kubelet's `SupplementalGroupsPolicyNotSupported`); this holds static pods to the same.
+async fn verify_strict_groups(cri: &dyn crate::cri::Runtime, d: &DesiredPod) -> Result<(), StartError> {
+    let psc = d.pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
+    if psc.and_then(|s| s.supplemental_groups_policy.as_deref()) != Some("Strict") {
+        return Ok(());
+    }
+    match cri.supports_strict_groups().await {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(err(
+            "CreateContainerConfigError",
+            "SupplementalGroupsPolicy=Strict is not supported in this node",
+        )),
+        Err(e) => Err(err("CreateContainerConfigError", e.to_string())),
+    }
 }
 
 /// `runAsNonRoot` as the kubelet enforces it (`pod::security`), with the image's user read from
