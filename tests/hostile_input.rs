@@ -115,6 +115,7 @@ fn all_entries_together_hide_nothing_and_the_good_pod_loads() {
             "anchor-first",
             "conflict-same-pod",
             "good",
+            "sc-windows-options",
             "second-document-ok",
             "unknown-field",
             "unknown-top-level"

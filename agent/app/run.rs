@@ -351,6 +351,15 @@ pub(crate) async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
                     Default::default()
                 }
             };
+            // The runtime's KEP-3619 support, for the Node's status.features and the admission
+            // of Strict pods (the kubelet reads it from the same CRI Status answer).
+            let groups_policy = match cri.runtime_status(false, Duration::from_secs(10)).await {
+                Ok(s) => s.features.is_some_and(|f| f.supplemental_groups_policy),
+                Err(e) => {
+                    warn!(error = %e, "CRI Status failed; supplementalGroupsPolicy: Strict pods will be refused");
+                    false
+                }
+            };
             let api_client = link.client.clone();
             let api_heartbeat = link.heartbeat.clone();
             let (merged, gone) = crilet::cluster::start(
@@ -360,6 +369,7 @@ pub(crate) async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
                 volumes.clone().map(|v| (v, c.sync_frequency)),
                 cri.clone(),
                 format!("{}://{}", runtime.name, runtime.version),
+                groups_policy,
                 runtime_uids,
                 registry.clone(),
                 ledger.clone(),

@@ -26,6 +26,8 @@ pub struct NodeRoom {
     /// Allocatable cpu in millicores and memory in bytes.
     pub cpu_milli: i64,
     pub memory: i64,
+    /// The runtime applies `supplementalGroupsPolicy: Strict` (its CRI features say so).
+    pub supplemental_groups_policy: bool,
 }
 
 /// Requests of the pods admitted so far (active ones only).
@@ -49,6 +51,15 @@ pub fn admit(pod: &Pod, room: &NodeRoom, used: Used) -> Option<Rejection> {
     // The kubelet's sysctl admit handler runs before its resource and affinity predicates.
     if let Some((_, message)) = room.sysctls.admit(pod) {
         return Some(Rejection { reason: sysctl::FORBIDDEN_REASON.into(), message });
+    }
+    // The kubelet's predicate: Strict where the runtime cannot apply it is refused, not run as
+    // Merge (which would give the process the image's group memberships).
+    let strict = spec.security_context.as_ref().and_then(|s| s.supplemental_groups_policy.as_deref());
+    if strict == Some("Strict") && !room.supplemental_groups_policy {
+        return Some(Rejection {
+            reason: "SupplementalGroupsPolicyNotSupported".into(),
+            message: "SupplementalGroupsPolicy=Strict is not supported in this node".into(),
+        });
     }
     if !selector_matches(spec, room) {
         return Some(Rejection {
@@ -142,6 +153,15 @@ fn unsupported(spec: &PodSpec) -> Option<Rejection> {
     if spec.host_users == Some(false) {
         found.push("spec.hostUsers: user namespaces are not supported by crilet".into());
     }
+    // Security-context values crilet would otherwise leave unenforced (procMount Unmasked,
+    // capability names the runtime ignores). The rest of the security context is served as the
+    // kubelet serves it on Linux: seLinuxOptions go to the runtime, which applies them where
+    // SELinux is enabled; windowsOptions, seLinuxChangePolicy and fsGroupChangePolicy are
+    // ignored by the kubelet too on a Linux node without SELinux or volume ownership changes,
+    // and refusing them would turn away ordinary (restricted-profile) workloads.
+    found.extend(
+        crate::pod::security::unsupported(spec).into_iter().map(|(field, why)| format!("{field}: {why}")),
+    );
     if found.is_empty() {
         return None;
     }
@@ -236,6 +256,7 @@ mod tests {
             cpu_milli: 2000,
             memory: 1 << 30,
             sysctls: Allowlist::new(&["net.core.*".to_string()], Some((6, 1))).expect("valid pattern"),
+            supplemental_groups_policy: true,
         }
     }
 
@@ -367,6 +388,14 @@ mod tests {
                 "spec: {os: {name: linux}, containers: [{name: c, image: i, lifecycle: {stopSignal: SIGUSR1}}]}",
                 None,
             ),
+            (
+                "spec: {securityContext: {runAsNonRoot: true, fsGroup: 2, supplementalGroupsPolicy: Strict, seLinuxOptions: {level: 's0:c1'}}, containers: [{name: c, image: i, securityContext: {procMount: Default, capabilities: {drop: [ALL], add: [NET_BIND_SERVICE]}, windowsOptions: {runAsUserName: x}}}]}",
+                None,
+            ),
+            (
+                "spec: {containers: [{name: c, image: i, securityContext: {procMount: Unmasked, capabilities: {drop: [CAP_SYS_ADMIN]}}}]}",
+                Some(&["spec.containers[0].securityContext.procMount", "capabilities.drop[0]"][..]),
+            ),
         ];
         for (yaml, want) in cases {
             let got = admit(&pod(yaml), &room(), Used::default());
@@ -381,6 +410,26 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn strict_groups_need_the_runtime_feature() {
+        let strict = pod(
+            "spec: {securityContext: {supplementalGroupsPolicy: Strict}, containers: [{name: c, image: i}]}",
+        );
+        let merge = pod(
+            "spec: {securityContext: {supplementalGroupsPolicy: Merge}, containers: [{name: c, image: i}]}",
+        );
+        let without = NodeRoom { supplemental_groups_policy: false, ..room() };
+        assert_eq!(admit(&strict, &room(), Used::default()), None);
+        assert_eq!(admit(&merge, &without, Used::default()), None);
+        assert_eq!(
+            admit(&strict, &without, Used::default()),
+            Some(Rejection {
+                reason: "SupplementalGroupsPolicyNotSupported".into(),
+                message: "SupplementalGroupsPolicy=Strict is not supported in this node".into(),
+            })
+        );
     }
 
     #[test]

@@ -208,6 +208,7 @@ pub fn start(
     volumes: Option<(Arc<crate::volumes::VolumeManager>, Duration)>,
     cri: CriClient,
     runtime_version: String,
+    groups_policy: bool,
     runtime_uids: BTreeSet<String>,
     registry: Registry,
     ledger: crate::ledger::Ledger,
@@ -215,7 +216,10 @@ pub fn start(
     shutting_down: watch::Receiver<bool>,
     cancel: CancellationToken,
 ) -> (watch::Receiver<ManifestSet>, mpsc::UnboundedSender<(PodKey, String)>) {
-    let facts = node_sync::read_facts(cfg, runtime_version);
+    let facts = node_object::NodeFacts {
+        supplemental_groups_policy: groups_policy,
+        ..node_sync::read_facts(cfg, runtime_version)
+    };
     let (uid_tx, uid_rx) = watch::channel(String::new());
     {
         let link = link.clone();
@@ -284,6 +288,7 @@ pub fn start(
         cpu_milli: milli("cpu"),
         memory: milli("memory"),
         sysctls: cfg.sysctls.clone(),
+        supplemental_groups_policy: groups_policy,
     };
     tasks.spawn("mirror pods", mirror::run(link.clone(), files.clone(), api_rx.clone(), cancel.clone()));
     tasks.spawn("event sender", events::run(link.clone(), registry.clone(), api_rx.clone(), cancel.clone()));

@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeSpec, NodeStatus,
-    NodeSystemInfo,
+    DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeFeatures, NodeSpec,
+    NodeStatus, NodeSystemInfo,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
@@ -32,6 +32,9 @@ pub struct NodeFacts {
     /// `containerd://2.1.9`.
     pub runtime_version: String,
     pub kubelet_version: String,
+    /// The runtime reports KEP-3619 (CRI `RuntimeFeatures.supplemental_groups_policy`): it
+    /// applies `supplementalGroupsPolicy: Strict` and reports the process's identity.
+    pub supplemental_groups_policy: bool,
 }
 
 /// The runtime's health as the Ready condition reports it.
@@ -168,6 +171,7 @@ pub fn status(f: &NodeFacts, conditions: Vec<NodeCondition>) -> NodeStatus {
             ..Default::default()
         }),
         conditions: Some(conditions),
+        features: Some(NodeFeatures { supplemental_groups_policy: Some(f.supplemental_groups_policy) }),
         ..Default::default()
     }
 }
@@ -251,6 +255,7 @@ mod tests {
             arch: "amd64".into(),
             runtime_version: "containerd://2.1.9".into(),
             kubelet_version: "v1.36.3".into(),
+            supplemental_groups_policy: true,
         }
     }
 

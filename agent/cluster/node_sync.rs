@@ -58,6 +58,7 @@ pub fn read_facts(cfg: &super::ClusterConfig, runtime_version: String) -> NodeFa
         arch: node_object::go_arch(),
         runtime_version,
         kubelet_version: super::KUBELET_VERSION.to_string(),
+        supplemental_groups_policy: false,
     }
 }
 

@@ -79,5 +79,6 @@ pub fn container_from_status(s: &api::ContainerStatus, sandbox_id: &str) -> Obse
         annotations: to_btree(&s.annotations),
         stop_signal: super::signal::name_of(s.stop_signal).map(str::to_string),
         resources: s.resources.as_ref().and_then(|r| r.linux.clone()),
+        user: s.user.as_ref().and_then(|u| u.linux.clone()),
     }
 }

@@ -583,6 +583,11 @@ impl Runtime for FakeRuntime {
         Ok(RuntimeInfo { name: "fake".into(), version: "0".into(), api_version: "v1".into() })
     }
 
+    async fn supports_strict_groups(&self) -> Result<bool, CriError> {
+        self.state().record("Status", String::new(), None);
+        Ok(true)
+    }
+
     async fn image_id(&self, image: &str) -> Result<Option<api::Image>, CriError> {
         let mut s = self.state();
         s.record("ImageStatus", image.to_string(), None);

@@ -84,6 +84,10 @@ pub trait Runtime: Send + Sync {
     /// `ImageStatus`: the image, if present.
     async fn image_id(&self, image: &str) -> Result<Option<api::Image>, CriError>;
 
+    /// `Status`: whether the runtime applies `supplementalGroupsPolicy: Strict` (its
+    /// `RuntimeFeatures`; runtimes before the field, such as containerd 1.x, do not).
+    async fn supports_strict_groups(&self) -> Result<bool, CriError>;
+
     /// `PullImage` without credentials; the image reference the runtime resolved.
     async fn pull_image(
         &self,
@@ -188,6 +192,11 @@ impl Runtime for CriClient {
 
     async fn image_id(&self, image: &str) -> Result<Option<api::Image>, CriError> {
         CriClient::image_id(self, image).await
+    }
+
+    async fn supports_strict_groups(&self) -> Result<bool, CriError> {
+        let s = self.runtime_status(false, Duration::from_secs(10)).await?;
+        Ok(s.features.is_some_and(|f| f.supplemental_groups_policy))
     }
 
     async fn pull_image(

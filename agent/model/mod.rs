@@ -180,6 +180,9 @@ pub struct ObservedContainer {
     /// The cgroup values the runtime reports it applied (CRI `ContainerStatus.resources`), if it
     /// reports them.
     pub resources: Option<crate::cri_proto::LinuxContainerResources>,
+    /// The identity of the container's first process as the runtime reports it (CRI
+    /// `ContainerStatus.user.linux`, KEP-3619), if it reports one.
+    pub user: Option<crate::cri_proto::LinuxContainerUser>,
 }
 
 /// Everything the runtime shows for one pod UID, newest first in both lists.

@@ -13,6 +13,7 @@ pub mod plan;
 pub mod pod_cgroup;
 pub mod resize;
 pub mod seccomp;
+pub mod security;
 pub mod shutdown;
 pub mod spec;
 pub mod start;

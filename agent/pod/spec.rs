@@ -156,7 +156,12 @@ pub fn sandbox_config(
                 namespace_options: Some(namespace_options(pod)),
                 run_as_user: psc.run_as_user.map(|value| api::Int64Value { value }),
                 run_as_group: psc.run_as_group.map(|value| api::Int64Value { value }),
-                supplemental_groups: psc.supplemental_groups.clone().unwrap_or_default(),
+                supplemental_groups: super::security::supplemental_groups(s.security_context.as_ref()),
+                // An unknown value cannot pass validation or admission; Merge is the API's default.
+                supplemental_groups_policy: super::security::groups_policy(s.security_context.as_ref())
+                    .unwrap_or(api::SupplementalGroupsPolicy::Merge)
+                    as i32,
+                selinux_options: super::security::selinux(s.security_context.as_ref(), None),
                 privileged,
                 seccomp: Some(super::seccomp::sandbox_profile(
                     s.security_context.as_ref(),
@@ -356,6 +361,9 @@ pub fn container_config_with_env(
     let psc = s.security_context.clone().unwrap_or_default();
     let csc = c.security_context.clone().unwrap_or_default();
     let caps = csc.capabilities.clone().unwrap_or_default();
+    let groups_policy = super::security::groups_policy(s.security_context.as_ref())
+        .map_err(|reason| ConfigError { container: c.name.clone(), reason })?;
+    let (masked_paths, readonly_paths) = super::security::proc_paths(c.security_context.as_ref());
     let security = api::LinuxContainerSecurityContext {
         capabilities: Some(api::Capability {
             add_capabilities: caps.add.clone().unwrap_or_default(),
@@ -375,8 +383,12 @@ pub fn container_config_with_env(
         run_as_user: csc.run_as_user.or(psc.run_as_user).map(|value| api::Int64Value { value }),
         run_as_group: csc.run_as_group.or(psc.run_as_group).map(|value| api::Int64Value { value }),
         readonly_rootfs: csc.read_only_root_filesystem == Some(true),
-        supplemental_groups: psc.supplemental_groups.clone().unwrap_or_default(),
+        supplemental_groups: super::security::supplemental_groups(s.security_context.as_ref()),
+        supplemental_groups_policy: groups_policy as i32,
+        selinux_options: super::security::selinux(s.security_context.as_ref(), c.security_context.as_ref()),
         no_new_privs: csc.allow_privilege_escalation == Some(false),
+        masked_paths,
+        readonly_paths,
         seccomp: Some(seccomp),
         ..Default::default()
     };

@@ -218,6 +218,9 @@ pub async fn start_container(ctx: &StartContext, req: &StartRequest<'_>) -> Resu
         Some(id) => id,
         None => ensure_image(&ctx.images, d, c, req.sandbox_config, req.images_seen).await?,
     };
+    verify_strict_groups(&*ctx.exec.cri, d).await.inspect_err(|e| {
+        ctx.exec.rec.warning(&d.key, name, "Failed", format!("Error: {}", e.message));
+    })?;
     verify_run_as_non_root(&*ctx.exec.cri, d, c, &image_ref).await.inspect_err(|e| {
         ctx.exec.rec.warning(&d.key, name, "Failed", format!("Error: {}", e.message));
     })?;
@@ -363,8 +366,27 @@ fn link_legacy_log(link: &Path, target: &Path) -> std::io::Result<()> {
         .map_err(|e| std::io::Error::new(e.kind(), format!("linking {}: {e}", link.display())))
 }
 
-/// `runAsNonRoot` as the kubelet enforces it: the effective user (container, then pod, then the
-/// image's) must be known and not 0.
+/// `supplementalGroupsPolicy: Strict` on a runtime that would apply Merge instead (containerd
+/// 1.x) is an error, not a silent Merge. API pods are refused at admission already (the
+/// kubelet's `SupplementalGroupsPolicyNotSupported`); this holds static pods to the same.
+async fn verify_strict_groups(cri: &dyn crate::cri::Runtime, d: &DesiredPod) -> Result<(), StartError> {
+    let psc = d.pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
+    if psc.and_then(|s| s.supplemental_groups_policy.as_deref()) != Some("Strict") {
+        return Ok(());
+    }
+    match cri.supports_strict_groups().await {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(err(
+            "CreateContainerConfigError",
+            "SupplementalGroupsPolicy=Strict is not supported in this node",
+        )),
+        Err(e) => Err(err("CreateContainerConfigError", e.to_string())),
+    }
+}
+
+/// `runAsNonRoot` as the kubelet enforces it (`pod::security`), with the image's user read from
+/// the runtime only when neither the container nor the pod names one; an image the runtime does
+/// not report counts as root, as upstream's `getImageUser`.
 async fn verify_run_as_non_root(
     cri: &dyn crate::cri::Runtime,
     d: &DesiredPod,
@@ -374,39 +396,20 @@ async fn verify_run_as_non_root(
     let psc = d.pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
     let csc = c.security_context.as_ref();
     let non_root = csc.and_then(|s| s.run_as_non_root).or(psc.and_then(|s| s.run_as_non_root)) == Some(true);
-    if !non_root {
-        return Ok(());
-    }
     let configured = csc.and_then(|s| s.run_as_user).or(psc.and_then(|s| s.run_as_user));
-    let uid = match configured {
-        Some(u) => Some(u),
-        None => {
-            let img = cri
-                .image_id(image_ref)
-                .await
-                .map_err(|e| err("CreateContainerConfigError", e.to_string()))?;
-            match img {
-                Some(img) => match img.uid {
-                    Some(u) => Some(u.value),
-                    None if img.username.is_empty() => Some(0),
-                    None => None,
-                },
-                None => None,
-            }
+    let (uid, username) = if non_root && configured.is_none() {
+        let img =
+            cri.image_id(image_ref).await.map_err(|e| err("CreateContainerConfigError", e.to_string()))?;
+        match img {
+            Some(img) => (img.uid.map(|u| u.value).or(img.username.is_empty().then_some(0)), img.username),
+            None => (Some(0), String::new()),
         }
+    } else {
+        (Some(0), String::new())
     };
-    match uid {
-        Some(0) => Err(err(
-            "CreateContainerConfigError",
-            "container has runAsNonRoot and image will run as root".to_string(),
-        )),
-        None => Err(err(
-            "CreateContainerConfigError",
-            "container has runAsNonRoot and image has non-numeric user, cannot verify user is non-root"
-                .to_string(),
-        )),
-        Some(_) => Ok(()),
-    }
+    let id = (d.key.name.as_str(), d.key.namespace.as_str(), d.uid.as_str());
+    crate::pod::security::verify_run_as_non_root(id, psc, c, (uid, &username))
+        .map_err(|message| err("CreateContainerConfigError", message))
 }
 
 #[cfg(test)]

@@ -265,6 +265,7 @@ mod tests {
             annotations: Default::default(),
             stop_signal: None,
             resources: None,
+            user: None,
         }
     }
 

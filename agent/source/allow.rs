@@ -293,9 +293,24 @@ static SECURITY_CONTEXT: Table = Table {
         ("allowPrivilegeEscalation", Leaf),
         ("capabilities", Obj(&CAPABILITIES)),
         ("seccompProfile", Obj(&SECCOMP_PROFILE)),
+        // Default gets the kubelet's masked and read-only /proc paths; Unmasked is refused by
+        // validation (it needs a user namespace).
+        ("procMount", Leaf),
+        ("seLinuxOptions", Obj(&SELINUX_OPTIONS)),
+        ("windowsOptions", Warn(WINDOWS_OPTIONS)),
     ],
     unknown: Unknown::Warn,
 };
+
+/// Passed to the runtime as the kubelet passes them; it labels the container only where SELinux
+/// is enabled on the node.
+static SELINUX_OPTIONS: Table = Table {
+    fields: &[("user", Leaf), ("role", Leaf), ("type", Leaf), ("level", Leaf)],
+    unknown: Unknown::Warn,
+};
+
+const WINDOWS_OPTIONS: &str =
+    "windowsOptions apply to Windows containers only; ignored on Linux, as by the kubelet";
 
 static SECCOMP_PROFILE: Table =
     Table { fields: &[("type", Leaf), ("localhostProfile", Leaf)], unknown: Unknown::Warn };
@@ -309,8 +324,26 @@ static POD_SECURITY_CONTEXT: Table = Table {
         ("runAsNonRoot", Leaf),
         ("supplementalGroups", Leaf),
         ("sysctls", List(&SYSCTL)),
-        ("fsGroup", Warn("fsGroup is not applied to volumes by crilet; ignored")),
+        (
+            "fsGroup",
+            Warn(
+                "fsGroup is added to the containers' supplemental groups, but crilet changes no volume's group ownership to it (emptyDirs are world-writable)",
+            ),
+        ),
+        ("supplementalGroupsPolicy", Leaf),
+        (
+            "fsGroupChangePolicy",
+            Warn("crilet changes no volume ownership (emptyDirs are world-writable); ignored"),
+        ),
         ("seccompProfile", Obj(&SECCOMP_PROFILE)),
+        ("seLinuxOptions", Obj(&SELINUX_OPTIONS)),
+        (
+            "seLinuxChangePolicy",
+            Warn(
+                "crilet relabels no volumes (the runtime labels the containers where SELinux is enabled); ignored",
+            ),
+        ),
+        ("windowsOptions", Warn(WINDOWS_OPTIONS)),
     ],
     unknown: Unknown::Warn,
 };

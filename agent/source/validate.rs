@@ -33,6 +33,11 @@ pub(super) fn validate_pod(pod: &Pod, f: &mut Findings) {
         let field = if reason == "PodOSNotSupported" { "spec.os.name" } else { "metadata.labels" };
         f.error(field, format!("{reason}: {message}"));
     }
+    // What crilet cannot enforce (procMount Unmasked, capability names the runtime ignores):
+    // the same refusals as the API pods' admission.
+    for (field, why) in crate::pod::security::unsupported(spec) {
+        f.error(field, why);
+    }
 }
 
 fn metadata(meta: &ObjectMeta, f: &mut Findings) {
@@ -143,6 +148,8 @@ fn pod_security_context(sc: &PodSecurityContext, f: &mut Findings) {
     id_range(f, "spec.securityContext.runAsUser", sc.run_as_user);
     id_range(f, "spec.securityContext.runAsGroup", sc.run_as_group);
     id_range(f, "spec.securityContext.fsGroup", sc.fs_group);
+    let policy = sc.supplemental_groups_policy.as_deref();
+    one_of(f, "spec.securityContext.supplementalGroupsPolicy", policy, &["Merge", "Strict"]);
     for (i, gid) in sc.supplemental_groups.iter().flatten().enumerate() {
         id_range(f, &format!("spec.securityContext.supplementalGroups[{i}]"), Some(*gid));
     }

@@ -379,6 +379,7 @@ fn resources(r: &ResourceRequirements, path: &str, f: &mut Findings) {
 fn security_context(sc: &SecurityContext, path: &str, f: &mut Findings) {
     id_range(f, &format!("{path}.runAsUser"), sc.run_as_user);
     id_range(f, &format!("{path}.runAsGroup"), sc.run_as_group);
+    one_of(f, &format!("{path}.procMount"), sc.proc_mount.as_deref(), &["Default", "Unmasked"]);
     if sc.privileged == Some(true) && sc.allow_privilege_escalation == Some(false) {
         f.error(path, "cannot set allowPrivilegeEscalation to false and privileged to true");
     }

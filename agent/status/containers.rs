@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
     Container, ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
-    ContainerStatus, Pod,
+    ContainerStatus, ContainerUser, LinuxContainerUser, Pod,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -293,6 +293,15 @@ fn from_instance(
         // KEP-4960: the effective signal as the runtime reports it (absent when it reports
         // none: a runtime that ignores `lifecycle.stopSignal` must not look as if it used it).
         stop_signal: c.stop_signal.clone(),
+        // KEP-3619 (GA in 1.35): the uid, gid and supplemental groups the runtime gave the
+        // first process, as it reports them; absent when it reports none.
+        user: c.user.as_ref().map(|u| ContainerUser {
+            linux: Some(LinuxContainerUser {
+                uid: u.uid,
+                gid: u.gid,
+                supplemental_groups: Some(u.supplemental_groups.clone()),
+            }),
+        }),
         ..Default::default()
     }
 }

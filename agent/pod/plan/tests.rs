@@ -148,6 +148,7 @@ impl ObsB {
                 annotations: Default::default(),
                 stop_signal: None,
                 resources: None,
+                user: None,
             },
         );
         self

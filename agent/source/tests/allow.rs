@@ -93,6 +93,30 @@ fn warning_cases() {
             "spec.securityContext.fsGroup",
             "fsGroup",
         ),
+        (
+            "fsGroupChangePolicy: no volume ownership is changed",
+            |v| set(v, "/spec/securityContext", json!({"fsGroupChangePolicy": "OnRootMismatch"})),
+            "spec.securityContext.fsGroupChangePolicy",
+            "no volume ownership",
+        ),
+        (
+            "seLinuxChangePolicy: no volume is relabelled",
+            |v| set(v, "/spec/securityContext", json!({"seLinuxChangePolicy": "MountOption"})),
+            "spec.securityContext.seLinuxChangePolicy",
+            "relabels no volumes",
+        ),
+        (
+            "windowsOptions on Linux",
+            |v| {
+                set(
+                    v,
+                    "/spec/containers/0/securityContext",
+                    json!({"windowsOptions": {"runAsUserName": "u"}}),
+                )
+            },
+            "spec.containers[0].securityContext.windowsOptions",
+            "Windows containers only",
+        ),
         ("status", |v| set(v, "/status", json!({"phase": "Running"})), "status", "status is ignored"),
         (
             "extended resource",
@@ -176,6 +200,18 @@ fn valid_cases() {
                     "runAsUser": 1000, "runAsNonRoot": true, "readOnlyRootFilesystem": true,
                     "capabilities": {"add": ["NET_ADMIN"], "drop": ["ALL"]}, "allowPrivilegeEscalation": false
                 }),
+            );
+        }),
+        ("the rest of the restricted profile, pod and container level", |v| {
+            set(
+                v,
+                "/spec/securityContext",
+                json!({"supplementalGroupsPolicy": "Strict", "seLinuxOptions": {"level": "s0:c1,c2"}}),
+            );
+            set(
+                v,
+                "/spec/containers/0/securityContext",
+                json!({"procMount": "Default", "seLinuxOptions": {"type": "container_t"}}),
             );
         }),
         ("seccomp profiles, pod and container level", |v| {

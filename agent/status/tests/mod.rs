@@ -199,6 +199,7 @@ impl ObservedBuilder {
                 annotations: BTreeMap::new(),
                 stop_signal: None,
                 resources: None,
+                user: None,
             },
         );
         self
