@@ -129,9 +129,6 @@ fn unsupported(spec: &PodSpec) -> Option<Rejection> {
     if spec.resource_claims.as_ref().is_some_and(|r| !r.is_empty()) {
         found.push("spec.resourceClaims: dynamic resource allocation is not supported by crilet".into());
     }
-    if spec.host_users == Some(false) {
-        found.push("spec.hostUsers: user namespaces are not supported by crilet".into());
-    }
     if spec.os.as_ref().is_some_and(|o| o.name != "linux") {
         found.push("spec.os.name: only linux pods run on this node".into());
     }
