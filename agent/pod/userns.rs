@@ -157,21 +157,11 @@ fn used_blocks(pods_dir: &Path, except: &str) -> std::io::Result<Vec<u32>> {
     Ok(used)
 }
 
-fn ctx<'a>(what: &'a str, p: &'a Path) -> impl FnOnce(Error) -> Error + 'a {
-    move |e| Error::new(e.kind(), format!("{what} {}: {e}", p.display()))
-}
-
-/// Writes the file whole (temporary file, fsync, rename, fsync of the directory), so a crash
-/// leaves either no block or the whole one.
+/// Writes the file with `checkpoint` (durable: a crash leaves either no block or the whole one).
 fn write_block(pod_dir: &Path, host_id: u32) -> std::io::Result<()> {
-    use std::io::Write;
     let map = IdMap { host_id, container_id: 0, length: IDS_PER_POD };
-    let text = serde_json::to_vec(&Mappings { uids: vec![map], gids: vec![map] }).map_err(Error::other)?;
-    let (tmp, file) = (pod_dir.join(format!(".{FILE}.tmp")), pod_dir.join(FILE));
-    let mut f = std::fs::File::create(&tmp).map_err(ctx("creating", &tmp))?;
-    f.write_all(&text).and_then(|()| f.sync_all()).map_err(ctx("writing", &tmp))?;
-    std::fs::rename(&tmp, &file).map_err(ctx("renaming to", &file))?;
-    std::fs::File::open(pod_dir).and_then(|d| d.sync_all()).map_err(ctx("syncing", pod_dir))
+    crate::checkpoint::write_json(&pod_dir.join(FILE), &Mappings { uids: vec![map], gids: vec![map] })
+        .map_err(|e| Error::other(crate::error_chain(&e)))
 }
 
 /// The pod's block: the one its directory holds, else a new one written there. Blocks on the
