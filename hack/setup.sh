@@ -33,9 +33,11 @@ done
 # ------------------------------------------------------------------------------------------
 # Packages
 # ------------------------------------------------------------------------------------------
-# gcc and make build jemalloc, the agent's allocator (tikv-jemalloc-sys), from its C sources.
+# gcc and make build jemalloc, the agent's allocator (tikv-jemalloc-sys), from its C sources;
+# with libseccomp-dev and pkg-config they build runc >= 1.2 for containerd 2.x (lib.sh's
+# ensure_runc_go; bookworm's runc, 1.1, stays containerd 1.6's).
 PACKAGES=(containerd runc containernetworking-plugins docker-registry skopeo umoci
-    busybox-static catatonit protobuf-compiler iproute2 iptables curl jq gcc make)
+    busybox-static catatonit protobuf-compiler iproute2 iptables curl jq gcc make libseccomp-dev pkg-config)
 
 install_packages() {
     local missing=() p
@@ -152,7 +154,8 @@ write_file() {
 
 write_containerd_config() {
     local config
-    if [ "$CRILET_RUNTIME" = 1.6 ]; then config="$(containerd_config 2)"; else config="$(containerd_config 3)"; fi
+    # containerd 2.x runs runc >= 1.2 (user namespaces); 1.6 the system's.
+    if [ "$CRILET_RUNTIME" = 1.6 ]; then config="$(containerd_config 2)"; else config="$(containerd_config 3 "runc=$RUNC_GO_BIN")"; fi
     if write_file "$CONTAINERD_CONFIG" <<<"$config"; then
         CONTAINERD_CONFIG_CHANGED=1
         log "wrote $CONTAINERD_CONFIG"
@@ -412,6 +415,7 @@ setup_side_by_side() {
     [ -s "$MAIN_ENV_FILE" ] && registry_answers ||
         die "containerd $CRILET_RUNTIME runs beside the main environment: run hack/setup.sh (2.1) first"
     ensure_containerd_go
+    ensure_runc_go
     mkdir -p "$(dirname "$CONTAINERD_SOCK")" "$LOG_DIR"
     write_containerd_config
     start_containerd
@@ -428,7 +432,7 @@ fi
 
 install_packages
 switch_runtime_if_needed
-if [ "$CRILET_RUNTIME" != 1.6 ]; then ensure_containerd_sid; fi
+if [ "$CRILET_RUNTIME" != 1.6 ]; then ensure_containerd_sid; ensure_runc_go; fi
 if [ -S /run/containerd/containerd.sock ]; then
     log "a system containerd socket exists at /run/containerd; it is left alone (we use $CONTAINERD_SOCK)"
 fi

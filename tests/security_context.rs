@@ -166,7 +166,7 @@ async fn static_pods_get_the_security_context_they_ask_for() {
     }
     wait_for("the agent's refusal of sec-unmasked", Duration::from_secs(10), || async {
         let log = std::fs::read_to_string(&a.log_file).ok()?;
-        log.contains("spec.containers[0].securityContext.procMount: Unmasked needs a user namespace")
+        log.contains("spec.containers[0].securityContext.procMount: Unmasked is not supported by crilet")
             .then_some(())
     })
     .await;

@@ -150,9 +150,6 @@ fn unsupported(spec: &PodSpec) -> Option<Rejection> {
     if spec.resource_claims.as_ref().is_some_and(|r| !r.is_empty()) {
         found.push("spec.resourceClaims: dynamic resource allocation is not supported by crilet".into());
     }
-    if spec.host_users == Some(false) {
-        found.push("spec.hostUsers: user namespaces are not supported by crilet".into());
-    }
     // Security-context values crilet would otherwise leave unenforced (procMount Unmasked,
     // capability names the runtime ignores). The rest of the security context is served as the
     // kubelet serves it on Linux: seLinuxOptions go to the runtime, which applies them where

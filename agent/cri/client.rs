@@ -265,6 +265,12 @@ impl CriClient {
             .await
     }
 
+    /// `Status`: the runtime's handlers and their features (user namespaces, recursive
+    /// read-only mounts).
+    pub async fn runtime_handlers(&self) -> Result<Vec<api::RuntimeHandler>, CriError> {
+        Ok(self.runtime_status(false, CALL_TIMEOUT).await?.runtime_handlers)
+    }
+
     /// `RuntimeConfig`: the cgroup driver the runtime uses; `None` when the answer has no Linux
     /// section. Unimplemented before containerd 2.0.
     pub async fn cgroup_driver(&self, timeout: Duration) -> Result<Option<CgroupDriver>, CriError> {

@@ -588,6 +588,12 @@ impl Runtime for FakeRuntime {
         Ok(true)
     }
 
+    /// The default handler only, without user namespaces.
+    async fn runtime_handlers(&self) -> Result<Vec<api::RuntimeHandler>, CriError> {
+        self.state().record("Status", String::new(), None);
+        Ok(vec![api::RuntimeHandler { name: String::new(), features: Some(Default::default()) }])
+    }
+
     async fn image_id(&self, image: &str) -> Result<Option<api::Image>, CriError> {
         let mut s = self.state();
         s.record("ImageStatus", image.to_string(), None);

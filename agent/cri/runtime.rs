@@ -81,6 +81,9 @@ pub trait Runtime: Send + Sync {
     /// `Version`: name and versions of the runtime.
     async fn version(&self) -> Result<RuntimeInfo, CriError>;
 
+    /// `Status`: the runtime's handlers and the features each reports.
+    async fn runtime_handlers(&self) -> Result<Vec<api::RuntimeHandler>, CriError>;
+
     /// `ImageStatus`: the image, if present.
     async fn image_id(&self, image: &str) -> Result<Option<api::Image>, CriError>;
 
@@ -188,6 +191,10 @@ impl Runtime for CriClient {
 
     async fn version(&self) -> Result<RuntimeInfo, CriError> {
         CriClient::version(self).await
+    }
+
+    async fn runtime_handlers(&self) -> Result<Vec<api::RuntimeHandler>, CriError> {
+        CriClient::runtime_handlers(self).await
     }
 
     async fn image_id(&self, image: &str) -> Result<Option<api::Image>, CriError> {

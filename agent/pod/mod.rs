@@ -21,4 +21,5 @@ pub mod stop_signal;
 pub mod supervisor;
 pub mod terminate;
 pub mod update;
+pub mod userns;
 pub mod worker;

@@ -104,7 +104,7 @@ pub fn unsupported(spec: &PodSpec) -> Vec<(String, String)> {
         if sc.proc_mount.as_deref() == Some("Unmasked") {
             found.push((
                 format!("{at}.procMount"),
-                "Unmasked needs a user namespace (hostUsers: false), which crilet does not support".into(),
+                "Unmasked is not supported by crilet (upstream allows it only with hostUsers: false; crilet always masks /proc)".into(),
             ));
         }
         let caps = sc.capabilities.as_ref();

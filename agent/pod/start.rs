@@ -63,7 +63,16 @@ pub async fn create_sandbox(
     for w in dns.warnings {
         ctx.exec.rec.warning(&d.key, None, w.reason, w.message);
     }
-    let config = sandbox_config(&ctx.node, d, attempt, dns.config);
+    let mut config = sandbox_config(&ctx.node, d, attempt, dns.config);
+    if let Err(e) = add_user_namespace(ctx, d, &mut config).await {
+        ctx.exec.rec.warning(
+            &d.key,
+            None,
+            "FailedCreatePodSandBox",
+            format!("Failed to create pod sandbox: {}", e.message),
+        );
+        return Err(e);
+    }
     let handler = d.pod.spec.as_ref().and_then(|s| s.runtime_class_name.clone()).unwrap_or_default();
     ctx.runtime_uids.claim(&d.uid);
     let id = ctx.exec.cri.run_sandbox(config, &handler).await.map_err(|e| {
@@ -80,6 +89,33 @@ pub async fn create_sandbox(
     Ok((id, status))
 }
 
+/// `hostUsers: false` (KEP-127): the pod's own user namespace in its sandbox config, with the
+/// block of host IDs its directory holds (allocated on first use), once the runtime handler
+/// reports user namespace support; otherwise the kubelet's refusal. Every sandbox config the
+/// agent forms for the pod (creation, pulls, container creates) goes through here.
+pub async fn add_user_namespace(
+    ctx: &StartContext,
+    d: &DesiredPod,
+    config: &mut api::PodSandboxConfig,
+) -> Result<(), StartError> {
+    if !super::userns::wanted(&d.pod) {
+        return Ok(());
+    }
+    let handler = d.pod.spec.as_ref().and_then(|s| s.runtime_class_name.clone()).unwrap_or_default();
+    let handlers = ctx.exec.cri.runtime_handlers().await.map_err(|e| {
+        err("CreatePodSandboxError", format!("{}: {e}", super::userns::unsupported_message(&handler)))
+    })?;
+    if !super::userns::handler_supports(&handlers, &handler) {
+        return Err(err("CreatePodSandboxError", super::userns::unsupported_message(&handler)));
+    }
+    let dir = pod_dir(&ctx.node, &d.uid);
+    let host_id = crate::blocking(move || super::userns::block_of(&dir))
+        .await
+        .map_err(|e| err("CreatePodSandboxError", format!("user namespace: {e}")))?;
+    super::userns::apply_to_sandbox(config, &super::userns::namespace(host_id));
+    Ok(())
+}
+
 /// The resolver of `d`'s sandbox, formed again for the CRI calls that carry the sandbox's config
 /// (pulls, container creates), as the kubelet does for each sync; the warnings were recorded
 /// when the sandbox was made. A host file that cannot be used is the kubelet's
@@ -89,6 +125,19 @@ pub async fn sandbox_dns(node: &NodeConfig, d: &DesiredPod) -> Result<api::DnsCo
         Ok(dns) => Ok(dns.config),
         Err(e) => Err(err("ConfigPodSandboxError", crate::error_chain(&e))),
     }
+}
+
+/// The config of `d`'s existing sandbox (attempt `attempt`) for a sync's pulls and container
+/// creates: [`sandbox_dns`], then [`sandbox_config`] with [`add_user_namespace`].
+pub async fn existing_sandbox_config(
+    ctx: &StartContext,
+    d: &DesiredPod,
+    attempt: u32,
+) -> Result<api::PodSandboxConfig, StartError> {
+    let dns = sandbox_dns(&ctx.node, d).await?;
+    let mut config = sandbox_config(&ctx.node, d, attempt, dns);
+    add_user_namespace(ctx, d, &mut config).await?;
+    Ok(config)
 }
 
 /// The reason of [`create_sandbox`]'s error when a volume could not be set up: the worker
@@ -269,12 +318,21 @@ pub async fn start_container(ctx: &StartContext, req: &StartRequest<'_>) -> Resu
         termination_file,
         pid_target: pid_target(req),
     };
-    let config = container_config_with_env(&ctx.node, d, c, req.kind, &rv, mounts, api_env.as_ref())
+    let mut config = container_config_with_env(&ctx.node, d, c, req.kind, &rv, mounts, api_env.as_ref())
         .map_err(|e| {
             // The kubelet's text: the event and status already name the container.
             ctx.exec.rec.warning(&d.key, name, "Failed", format!("Error: {}", e.reason));
             err("CreateContainerConfigError", e.reason)
         })?;
+    // The container joins the sandbox's user namespace; its mounts are idmapped with it.
+    if let Some(ns) = super::userns::of_sandbox(req.sandbox_config) {
+        super::userns::apply_to_container(&mut config, ns);
+    } else if super::userns::wanted(&d.pod) {
+        // Never a container of a hostUsers: false pod with the host's IDs.
+        let msg = "hostUsers: false, but the sandbox config carries no user namespace".to_string();
+        ctx.exec.rec.warning(&d.key, name, "Failed", format!("Error: {msg}"));
+        return Err(err("CreateContainerConfigError", msg));
+    }
     check_seccomp_profile(&config).await.inspect_err(|e| {
         ctx.exec.rec.warning(&d.key, name, "Failed", format!("Error: {}", e.message));
     })?;

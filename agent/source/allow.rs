@@ -171,14 +171,9 @@ static SPEC: Table = Table {
                 reason: "crilet injects no service environment variables; ignored",
             },
         ),
-        (
-            "hostUsers",
-            Flag {
-                ok: true,
-                refuse: true,
-                reason: "user namespaces (hostUsers: false) are not supported by crilet",
-            },
-        ),
+        // false: the pod's own user namespace (KEP-127, pod::userns), refused at sandbox
+        // creation when the runtime handler does not report user namespace support.
+        ("hostUsers", Leaf),
         ("setHostnameAsFQDN", Flag { ok: false, refuse: false, reason: "not supported by crilet; ignored" }),
         ("resources", Warn("pod-level resources are not enforced by crilet; ignored")),
         ("ephemeralContainers", Reject("ephemeral containers are not supported by crilet")),

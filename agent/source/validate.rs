@@ -88,6 +88,18 @@ fn spec_fields(spec: &PodSpec, f: &mut Findings) {
     if spec.share_process_namespace == Some(true) && spec.host_pid == Some(true) {
         f.error("spec.shareProcessNamespace", "may not be true when hostPID is true");
     }
+    if spec.host_users == Some(false) {
+        // The API server's rule: a user namespace does not go with the host's other namespaces.
+        for (field, host) in [
+            ("spec.hostNetwork", spec.host_network),
+            ("spec.hostPID", spec.host_pid),
+            ("spec.hostIPC", spec.host_ipc),
+        ] {
+            if host == Some(true) {
+                f.error(field, "may not be true when hostUsers is false");
+            }
+        }
+    }
     if let Some(sc) = spec.security_context.as_ref() {
         pod_security_context(sc, f);
     }

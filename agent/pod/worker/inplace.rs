@@ -100,8 +100,10 @@ impl Worker {
             let mut blocked: Vec<String> = Vec::new();
             let sb_config = match changed.iter().any(|(name, _)| !state.pulled.contains_key(name)) {
                 false => None,
-                true => match crate::pod::start::sandbox_dns(&ctx.node, &self.desired).await {
-                    Ok(dns) => Some(sandbox_config(&ctx.node, &self.desired, attempt, dns)),
+                true => match crate::pod::start::existing_sandbox_config(&ctx.starts, &self.desired, attempt)
+                    .await
+                {
+                    Ok(config) => Some(config),
                     Err(e) => {
                         blocked.push(format!("{}: {}", e.reason, e.message));
                         let at = now + 10_000_000_000;

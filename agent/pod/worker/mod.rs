@@ -28,7 +28,7 @@ use super::backoff::Backoff;
 use super::context::{WorkerContext, now_ns};
 use super::plan::sync::{self, SyncPlan, earliest};
 use super::plan::{KillReason, PodKillReason, ProbeResults, gated_starts};
-use super::spec::{Kind, pod_dir, pod_log_dir, sandbox_config, termination_grace};
+use super::spec::{Kind, pod_dir, pod_log_dir, termination_grace};
 use super::start::{
     FAILED_MOUNT, ImagesSeen, StartRequest, backoff_key, crash_backoff_wait, create_sandbox, ensure_image,
     look_up_images, start_container,
@@ -547,14 +547,15 @@ impl Worker {
         {
             return Ok(update_requeue);
         }
-        let sb_config = match crate::pod::start::sandbox_dns(&ctx.node, &self.desired).await {
-            Ok(dns) => sandbox_config(&ctx.node, &self.desired, attempt, dns),
-            Err(e) => {
-                // Retried after the kubelet's sync back-off, as a sandbox that failed.
-                warn!(error = %e.message, "forming the pod's sandbox config failed; retrying");
-                return Ok(Some(now_ns() + 10_000_000_000));
-            }
-        };
+        let sb_config =
+            match crate::pod::start::existing_sandbox_config(&ctx.starts, &self.desired, attempt).await {
+                Ok(config) => config,
+                Err(e) => {
+                    // Retried after the kubelet's sync back-off, as a sandbox that failed.
+                    warn!(error = %e.message, "forming the pod's sandbox config failed; retrying");
+                    return Ok(Some(now_ns() + 10_000_000_000));
+                }
+            };
         // Starts are planned from the snapshot taken before kills; for the back-off check and
         // restart counts that snapshot is what the kubelet uses too (R6.6 nuance).
         // The in-place update's own wake-up (end of the drain wait, pull retry) must survive a

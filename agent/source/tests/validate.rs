@@ -135,7 +135,33 @@ fn pod_cases() {
             "spec.ephemeralContainers",
             "not supported",
         ),
-        ("hostUsers false", |v| set(v, "/spec/hostUsers", json!(false)), "spec.hostUsers", "user namespaces"),
+        (
+            "hostUsers false with hostNetwork",
+            |v| {
+                set(v, "/spec/hostUsers", json!(false));
+                set(v, "/spec/hostNetwork", json!(true));
+            },
+            "spec.hostNetwork",
+            "may not be true when hostUsers is false",
+        ),
+        (
+            "hostUsers false with hostPID",
+            |v| {
+                set(v, "/spec/hostUsers", json!(false));
+                set(v, "/spec/hostPID", json!(true));
+            },
+            "spec.hostPID",
+            "may not be true when hostUsers is false",
+        ),
+        (
+            "hostUsers false with hostIPC",
+            |v| {
+                set(v, "/spec/hostUsers", json!(false));
+                set(v, "/spec/hostIPC", json!(true));
+            },
+            "spec.hostIPC",
+            "may not be true when hostUsers is false",
+        ),
         // 1.34-1.36 API fields that would change what runs if they were ignored.
         (
             "hostnameOverride",
