@@ -61,7 +61,7 @@ async fn static_pods_get_safe_sysctls_and_unsafe_ones_only_when_allowed() {
 
     let refusal = r#"spec.securityContext.sysctls[0].name: SysctlForbidden: forbidden sysctl: "kernel.msgmax" not allowlisted"#;
     wait_for("the unsafe sysctl's refusal in the agent's log", Duration::from_secs(10), || async {
-        a.log().contains(refusal).then_some(())
+        a.whole_log().contains(refusal).then_some(())
     })
     .await;
     assert!(a.pod("sy-unsafe").is_none(), "a refused pod is not run");
@@ -86,7 +86,7 @@ async fn a_node_level_pattern_stops_the_agent_as_it_stops_the_kubelet() {
     let mut a = Agent::start_with_args("sy-node-level", &["--allowed-unsafe-sysctls", "vm.*"], &[]).await;
     let status = a.wait_exit(Duration::from_secs(10), "with a node-level pattern").await;
     assert!(!status.success());
-    assert!(a.log().contains(r#""vm.*" is not known to be namespaced"#), "{}", a.log());
+    assert!(a.whole_log().contains(r#""vm.*" is not known to be namespaced"#), "{}", a.log());
 }
 
 #[tokio::test]

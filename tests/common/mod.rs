@@ -242,6 +242,12 @@ impl Agent {
     pub fn log(&self) -> String {
         testkit::log_tail(&self.log_file, 6000)
     }
+
+    /// The agent's whole log: for a line that other agents' noise (their pods' cgroups, swept
+    /// by every agent) may have pushed out of [`Agent::log`]'s tail.
+    pub fn whole_log(&self) -> String {
+        std::fs::read_to_string(&self.log_file).unwrap_or_default()
+    }
 }
 
 impl Drop for Agent {
