@@ -284,6 +284,7 @@ pub fn start(
         cpu_milli: milli("cpu"),
         memory: milli("memory"),
         sysctls: cfg.sysctls.clone(),
+        apparmor: crate::apparmor::host().clone(),
     };
     tasks.spawn("mirror pods", mirror::run(link.clone(), files.clone(), api_rx.clone(), cancel.clone()));
     tasks.spawn("event sender", events::run(link.clone(), registry.clone(), api_rx.clone(), cancel.clone()));

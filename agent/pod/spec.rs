@@ -353,6 +353,10 @@ pub fn container_config_with_env(
         node.seccomp_default,
     )
     .map_err(|reason| ConfigError { container: c.name.clone(), reason })?;
+    // Both the profile and the deprecated string, as the kubelet sends them; nothing when the
+    // pod asks for none (the runtime then applies its default to an unprivileged container).
+    let (apparmor, apparmor_profile) =
+        crate::apparmor::cri_profile(crate::apparmor::profile_of(pod, c).as_ref());
     let psc = s.security_context.clone().unwrap_or_default();
     let csc = c.security_context.clone().unwrap_or_default();
     let caps = csc.capabilities.clone().unwrap_or_default();
@@ -378,6 +382,9 @@ pub fn container_config_with_env(
         supplemental_groups: psc.supplemental_groups.clone().unwrap_or_default(),
         no_new_privs: csc.allow_privilege_escalation == Some(false),
         seccomp: Some(seccomp),
+        apparmor,
+        #[allow(deprecated)]
+        apparmor_profile,
         ..Default::default()
     };
 

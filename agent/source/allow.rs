@@ -293,11 +293,15 @@ static SECURITY_CONTEXT: Table = Table {
         ("allowPrivilegeEscalation", Leaf),
         ("capabilities", Obj(&CAPABILITIES)),
         ("seccompProfile", Obj(&SECCOMP_PROFILE)),
+        ("appArmorProfile", Obj(&APPARMOR_PROFILE)),
     ],
     unknown: Unknown::Warn,
 };
 
 static SECCOMP_PROFILE: Table =
+    Table { fields: &[("type", Leaf), ("localhostProfile", Leaf)], unknown: Unknown::Warn };
+
+static APPARMOR_PROFILE: Table =
     Table { fields: &[("type", Leaf), ("localhostProfile", Leaf)], unknown: Unknown::Warn };
 
 static CAPABILITIES: Table = Table { fields: &[("add", Leaf), ("drop", Leaf)], unknown: Unknown::Warn };
@@ -311,6 +315,7 @@ static POD_SECURITY_CONTEXT: Table = Table {
         ("sysctls", List(&SYSCTL)),
         ("fsGroup", Warn("fsGroup is not applied to volumes by crilet; ignored")),
         ("seccompProfile", Obj(&SECCOMP_PROFILE)),
+        ("appArmorProfile", Obj(&APPARMOR_PROFILE)),
     ],
     unknown: Unknown::Warn,
 };

@@ -28,6 +28,7 @@ pub(super) fn validate_pod(pod: &Pod, f: &mut Findings) {
     let volumes = volumes(spec, f);
     validate_container::containers(spec, &volumes, f);
     super::validate_seccomp::validate(pod, f);
+    super::validate_apparmor::validate(pod, f);
 }
 
 fn metadata(meta: &ObjectMeta, f: &mut Findings) {
