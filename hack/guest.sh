@@ -29,6 +29,8 @@
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
+# `apparmor` gives the guest apparmor_parser, with which containerd loads its default profile
+# (Debian's kernel enables AppArmor; tests/guest_apparmor.rs loads its own profiles with it).
 GUEST_PACKAGES=(systemd systemd-sysv dbus udev libpam-systemd linux-image-amd64 initramfs-tools kmod
     iproute2 openssh-server procps e2fsprogs util-linux containerd runc containernetworking-plugins
     iptables catatonit busybox-static apparmor)
