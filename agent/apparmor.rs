@@ -65,10 +65,10 @@ pub fn profile_of(pod: &Pod, c: &Container) -> Option<Profile> {
         return Profile::from_field(p);
     }
     let key = format!("{ANNOTATION_PREFIX}{}", c.name);
-    if let Some(v) = pod.metadata.annotations.as_ref().and_then(|a| a.get(&key)) {
-        if let Some(p) = Profile::from_annotation(v) {
-            return Some(p);
-        }
+    if let Some(p) =
+        pod.metadata.annotations.as_ref().and_then(|a| a.get(&key)).and_then(|v| Profile::from_annotation(v))
+    {
+        return Some(p);
     }
     let spec = pod.spec.as_ref()?;
     spec.security_context.as_ref().and_then(|sc| sc.app_armor_profile.as_ref()).and_then(Profile::from_field)
@@ -132,12 +132,10 @@ pub fn admit(pod: &Pod, host: &Host) -> Option<String> {
         spec.ephemeral_containers.iter().flatten().map(ephemeral_as_container).collect();
     let all = spec.init_containers.iter().flatten().chain(&spec.containers).chain(&ephemeral);
     for c in all {
-        if let Some(Profile::Localhost(name)) = profile_of(pod, c) {
-            if name.trim().is_empty() {
-                return Some(format!(
-                    "Cannot enforce AppArmor: invalid empty AppArmor profile name: {name:?}"
-                ));
-            }
+        if let Some(Profile::Localhost(name)) = profile_of(pod, c)
+            && name.trim().is_empty()
+        {
+            return Some(format!("Cannot enforce AppArmor: invalid empty AppArmor profile name: {name:?}"));
         }
     }
     None
