@@ -1,5 +1,6 @@
 //! crilet: a kubelet-faithful node agent that runs static Pod manifests on containerd over CRI.
 pub mod api;
+pub mod apparmor;
 pub mod backoff;
 pub mod cgroup;
 pub mod checkpoint;

@@ -29,9 +29,11 @@
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
+# `apparmor` gives the guest apparmor_parser, with which containerd loads its default profile
+# (Debian's kernel enables AppArmor; tests/guest_apparmor.rs loads its own profiles with it).
 GUEST_PACKAGES=(systemd systemd-sysv dbus udev libpam-systemd linux-image-amd64 initramfs-tools kmod
     iproute2 openssh-server procps e2fsprogs util-linux containerd runc containernetworking-plugins
-    iptables catatonit busybox-static)
+    iptables catatonit busybox-static apparmor)
 GUEST_HOST_PACKAGES=(qemu-system-x86 qemu-utils mmdebstrap openssh-client skopeo socat)
 # What the guest's containerd pulls nothing of: every image a test uses is imported.
 GUEST_IMAGES=(pause-3.10 busybox-1.36 web-v1 web-v2)

@@ -13,10 +13,11 @@
 #   guest (hack/guest.sh: a QEMU guest with systemd as PID 1, cgroup v2 and containerd 2.1):
 #       crilet.service installed by hack/install.sh, pods' cgroups and the QoS parents in the
 #       unified tree under both cgroup drivers, the orphan sweep, the service's restart and
-#       watchdog (tests/guest.rs), the chaos replay on each driver (hack/guest.sh test), the Debian
-#       package of hack/deb.sh (tests/guest_package.rs), API pods under both drivers with the
-#       guest joined to hack/cluster.sh's control plane (tests/guest_cluster.rs), `kubeadm join`
-#       of a node running crilet from its package (tests/guest_kubeadm.rs), then graceful
+#       watchdog (tests/guest.rs), AppArmor profiles enforced (tests/guest_apparmor.rs), the
+#       chaos replay on each driver (hack/guest.sh test), the Debian package of hack/deb.sh
+#       (tests/guest_package.rs), API pods under both drivers with the guest joined to
+#       hack/cluster.sh's control plane (tests/guest_cluster.rs), `kubeadm join` of a node
+#       running crilet from its package (tests/guest_kubeadm.rs), then graceful
 #       node shutdown on `systemctl poweroff` (tests/guest_shutdown.rs); it runs in the
 #       background beside critest and the 2.3 leg when the 2.1 leg runs too;
 #   containerd 1.6 (bookworm's, relist): the lifecycle, probe, status, termination,
@@ -105,6 +106,9 @@ guest_leg() {
     if step "guest up (hack/guest.sh)" bash "$HACK_DIR/guest.sh" up; then
         step "tests in the guest (systemd, cgroup v2)" \
             cargo test --no-fail-fast --test guest -- --ignored --test-threads=1 "$@"
+        # AppArmor enforced by the guest's kernel and containerd (this host's kernel has none).
+        step "AppArmor in the guest" \
+            cargo test --no-fail-fast --test guest_apparmor -- --ignored "$@"
         # The suite's chaos replay (its seed), shorter, on each driver in the guest.
         if [ "$#" -eq 0 ] && chaos="$(test_binary chaos)"; then
             for driver in systemd cgroupfs; do

@@ -1,6 +1,7 @@
 //! Pod admission as the kubelet's (`canAdmitPod`): a pod that does not fit the node, whose node
-//! selector or affinity does not match it, that sets a sysctl the node does not allow, or that
-//! uses what crilet cannot serve is failed with the kubelet's reason instead of run. Pure.
+//! selector or affinity does not match it, that sets a sysctl the node does not allow, that asks
+//! for an AppArmor profile the host cannot enforce, or that uses what crilet cannot serve is
+//! failed with the kubelet's reason instead of run. Pure.
 
 use std::collections::BTreeMap;
 
@@ -22,6 +23,8 @@ pub struct NodeRoom {
     pub name: String,
     pub labels: BTreeMap<String, String>,
     pub sysctls: Allowlist,
+    /// Whether the host can enforce AppArmor (`apparmor::host`).
+    pub apparmor: crate::apparmor::Host,
     pub max_pods: u32,
     /// Allocatable cpu in millicores and memory in bytes.
     pub cpu_milli: i64,
@@ -51,6 +54,10 @@ pub fn admit(pod: &Pod, room: &NodeRoom, used: Used) -> Option<Rejection> {
     // The kubelet's sysctl admit handler runs before its resource and affinity predicates.
     if let Some((_, message)) = room.sysctls.admit(pod) {
         return Some(Rejection { reason: sysctl::FORBIDDEN_REASON.into(), message });
+    }
+    // Then the AppArmor handler: a profile the host cannot enforce is refused, not run unconfined.
+    if let Some(message) = crate::apparmor::admit(pod, &room.apparmor) {
+        return Some(Rejection { reason: crate::apparmor::NOT_ADMITTED_REASON.into(), message });
     }
     // The kubelet's predicate: Strict where the runtime cannot apply it is refused, not run as
     // Merge (which would give the process the image's group memberships).
@@ -254,6 +261,7 @@ mod tests {
             memory: 1 << 30,
             sysctls: Allowlist::new(&["net.core.*".to_string()], Some((6, 1))).expect("valid pattern"),
             supplemental_groups_policy: true,
+            apparmor: crate::apparmor::Host::Enabled,
         }
     }
 
@@ -349,6 +357,31 @@ mod tests {
             let got = admit(&pod(yaml), &room(), used);
             assert_eq!(got.as_ref().map(|r| r.reason.as_str()), want, "case {i}: {got:?}");
         }
+        // On a host without AppArmor: (pod, expected reason); the sysctl handler runs first.
+        let no_apparmor = NodeRoom {
+            apparmor: crate::apparmor::Host::Disabled("AppArmor is not enabled on the host"),
+            ..room()
+        };
+        let cases = [
+            (
+                "spec: {securityContext: {appArmorProfile: {type: RuntimeDefault}}, containers: [{name: c, image: i}]}",
+                Some("AppArmor"),
+            ),
+            (
+                "spec: {containers: [{name: c, image: i, securityContext: {appArmorProfile: {type: Unconfined}}}]}",
+                None,
+            ),
+            (
+                "spec: {securityContext: {appArmorProfile: {type: RuntimeDefault}, sysctls: [{name: kernel.msgmax, value: '1'}]}, containers: [{name: c, image: i}]}",
+                Some("SysctlForbidden"),
+            ),
+        ];
+        for (yaml, want) in cases {
+            let got = admit(&pod(yaml), &no_apparmor, used(0, 0, 0));
+            assert_eq!(got.as_ref().map(|r| r.reason.as_str()), want, "{yaml}: {got:?}");
+        }
+        let got = admit(&pod(cases[0].0), &no_apparmor, used(0, 0, 0)).expect("refused");
+        assert_eq!(got.message, "Cannot enforce AppArmor: AppArmor is not enabled on the host");
     }
 
     /// Fields of the 1.34-1.36 API that pass the API server with their gates on but that

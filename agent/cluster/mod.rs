@@ -289,6 +289,7 @@ pub fn start(
         memory: milli("memory"),
         sysctls: cfg.sysctls.clone(),
         supplemental_groups_policy: groups_policy,
+        apparmor: crate::apparmor::host().clone(),
     };
     tasks.spawn("mirror pods", mirror::run(link.clone(), files.clone(), api_rx.clone(), cancel.clone()));
     tasks.spawn("event sender", events::run(link.clone(), registry.clone(), api_rx.clone(), cancel.clone()));

@@ -358,6 +358,10 @@ pub fn container_config_with_env(
         node.seccomp_default,
     )
     .map_err(|reason| ConfigError { container: c.name.clone(), reason })?;
+    // Both the profile and the deprecated string, as the kubelet sends them; nothing when the
+    // pod asks for none (the runtime then applies its default to an unprivileged container).
+    let (apparmor, apparmor_profile) =
+        crate::apparmor::cri_profile(crate::apparmor::profile_of(pod, c).as_ref());
     let psc = s.security_context.clone().unwrap_or_default();
     let csc = c.security_context.clone().unwrap_or_default();
     let caps = csc.capabilities.clone().unwrap_or_default();
@@ -390,6 +394,9 @@ pub fn container_config_with_env(
         masked_paths,
         readonly_paths,
         seccomp: Some(seccomp),
+        apparmor,
+        #[allow(deprecated)]
+        apparmor_profile,
         ..Default::default()
     };
 

@@ -293,6 +293,7 @@ static SECURITY_CONTEXT: Table = Table {
         ("procMount", Leaf),
         ("seLinuxOptions", Obj(&SELINUX_OPTIONS)),
         ("windowsOptions", Warn(WINDOWS_OPTIONS)),
+        ("appArmorProfile", Obj(&APPARMOR_PROFILE)),
     ],
     unknown: Unknown::Warn,
 };
@@ -308,6 +309,9 @@ const WINDOWS_OPTIONS: &str =
     "windowsOptions apply to Windows containers only; ignored on Linux, as by the kubelet";
 
 static SECCOMP_PROFILE: Table =
+    Table { fields: &[("type", Leaf), ("localhostProfile", Leaf)], unknown: Unknown::Warn };
+
+static APPARMOR_PROFILE: Table =
     Table { fields: &[("type", Leaf), ("localhostProfile", Leaf)], unknown: Unknown::Warn };
 
 static CAPABILITIES: Table = Table { fields: &[("add", Leaf), ("drop", Leaf)], unknown: Unknown::Warn };
@@ -339,6 +343,7 @@ static POD_SECURITY_CONTEXT: Table = Table {
             ),
         ),
         ("windowsOptions", Warn(WINDOWS_OPTIONS)),
+        ("appArmorProfile", Obj(&APPARMOR_PROFILE)),
     ],
     unknown: Unknown::Warn,
 };

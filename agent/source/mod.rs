@@ -33,6 +33,7 @@ mod pool;
 mod read;
 mod scan;
 mod validate;
+mod validate_apparmor;
 mod validate_container;
 mod validate_seccomp;
 mod validate_stop_signal;

@@ -246,6 +246,7 @@ impl Parser {
                 (Vec::new(), vec![ManifestProblem::file(ProblemKind::Error, file, reason)])
             });
         let parsed = admit_sysctls(file, parsed, &self.sysctls);
+        let parsed = admit_apparmor(file, parsed, crate::apparmor::host());
         let mut state = self.lock();
         state.live.remove(&job);
         let mut late = std::mem::take(&mut state.starved);
@@ -263,6 +264,26 @@ impl Parser {
             }
         }
     }
+}
+
+/// The kubelet's AppArmor admission for static pods: a pod asking for a profile the host cannot
+/// enforce (no AppArmor in its kernel) is not run, never run unconfined; its document gets the
+/// kubelet's reason and message as an error, as [`admit_sysctls`] does.
+fn admit_apparmor(file: &Path, (pods, mut problems): Parsed, host: &crate::apparmor::Host) -> Parsed {
+    let mut admitted = Vec::with_capacity(pods.len());
+    for pod in pods {
+        match crate::apparmor::admit(&pod.pod, host) {
+            None => admitted.push(pod),
+            Some(message) => problems.push(ManifestProblem::doc(
+                ProblemKind::Error,
+                file,
+                pod.doc,
+                crate::apparmor::asking(&pod.pod),
+                format!("{}: {message}", crate::apparmor::NOT_ADMITTED_REASON),
+            )),
+        }
+    }
+    (admitted, problems)
 }
 
 /// The error for a file without a parse result yet (stable text: it is compared across scans).

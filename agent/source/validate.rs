@@ -38,6 +38,7 @@ pub(super) fn validate_pod(pod: &Pod, f: &mut Findings) {
     for (field, why) in crate::pod::security::unsupported(spec) {
         f.error(field, why);
     }
+    super::validate_apparmor::validate(pod, f);
 }
 
 fn metadata(meta: &ObjectMeta, f: &mut Findings) {

@@ -354,3 +354,144 @@ fn seccomp_cases() {
         ),
     ]);
 }
+
+#[test]
+fn apparmor_cases() {
+    const KEY: &str = "container.apparmor.security.beta.kubernetes.io/app";
+    assert_refused(&[
+        (
+            "unknown profile type",
+            |v| set(v, "/spec/securityContext", json!({"appArmorProfile": {"type": "Default"}})),
+            "spec.securityContext.appArmorProfile.type",
+            "unsupported value \"Default\": supported values are \"Localhost\", \"RuntimeDefault\", \"Unconfined\"",
+        ),
+        (
+            "empty profile type",
+            |v| set(v, "/spec/containers/0/securityContext", json!({"appArmorProfile": {"type": ""}})),
+            "spec.containers[0].securityContext.appArmorProfile.type",
+            "required",
+        ),
+        (
+            "Localhost without a profile",
+            |v| {
+                set(
+                    v,
+                    "/spec/containers/0/securityContext",
+                    json!({"appArmorProfile": {"type": "Localhost"}}),
+                )
+            },
+            "spec.containers[0].securityContext.appArmorProfile.localhostProfile",
+            "must be set when AppArmor type is Localhost",
+        ),
+        (
+            "Localhost with an empty name",
+            |v| {
+                set(
+                    v,
+                    "/spec/securityContext",
+                    json!({"appArmorProfile": {"type": "Localhost", "localhostProfile": ""}}),
+                )
+            },
+            "spec.securityContext.appArmorProfile.localhostProfile",
+            "must be set when AppArmor type is Localhost",
+        ),
+        (
+            "Localhost padded",
+            |v| {
+                set(
+                    v,
+                    "/spec/securityContext",
+                    json!({"appArmorProfile": {"type": "Localhost", "localhostProfile": " x"}}),
+                )
+            },
+            "spec.securityContext.appArmorProfile.localhostProfile",
+            "must not be padded with whitespace",
+        ),
+        (
+            "localhostProfile with another type",
+            |v| {
+                set(
+                    v,
+                    "/spec/securityContext",
+                    json!({"appArmorProfile": {"type": "RuntimeDefault", "localhostProfile": "x"}}),
+                )
+            },
+            "spec.securityContext.appArmorProfile.localhostProfile",
+            "can only be set when AppArmor type is Localhost",
+        ),
+        (
+            "bad annotation value",
+            |v| set(v, "/metadata/annotations", json!({KEY: "docker-default"})),
+            "metadata.annotations[container.apparmor.security.beta.kubernetes.io/app]",
+            "invalid AppArmor profile name: \"docker-default\"",
+        ),
+        (
+            "annotation with an empty Localhost name",
+            |v| set(v, "/metadata/annotations", json!({KEY: "localhost/"})),
+            "metadata.annotations[container.apparmor.security.beta.kubernetes.io/app]",
+            "invalid empty AppArmor profile name",
+        ),
+        (
+            "annotation naming no container",
+            |v| {
+                set(
+                    v,
+                    "/metadata/annotations",
+                    json!({"container.apparmor.security.beta.kubernetes.io/nope": "unconfined"}),
+                )
+            },
+            "metadata.annotations[container.apparmor.security.beta.kubernetes.io/nope]",
+            "container \"nope\" not found",
+        ),
+        (
+            "annotation and field disagree",
+            |v| {
+                set(v, "/metadata/annotations", json!({KEY: "unconfined"}));
+                set(
+                    v,
+                    "/spec/containers/0/securityContext",
+                    json!({"appArmorProfile": {"type": "RuntimeDefault"}}),
+                )
+            },
+            "spec.containers[0].securityContext.appArmorProfile.type",
+            "apparmor type in annotation and field must match",
+        ),
+        (
+            "annotation and field name different profiles",
+            |v| {
+                set(v, "/metadata/annotations", json!({KEY: "localhost/a"}));
+                set(
+                    v,
+                    "/spec/securityContext",
+                    json!({"appArmorProfile": {"type": "Localhost", "localhostProfile": "b"}}),
+                )
+            },
+            "spec.containers[0].securityContext.appArmorProfile.localhostProfile",
+            "apparmor profile in annotation and field must match",
+        ),
+    ]);
+}
+
+#[test]
+fn apparmor_profiles_and_annotations_that_agree_are_accepted() {
+    let mut v = base();
+    set(
+        &mut v,
+        "/metadata/annotations",
+        json!({"container.apparmor.security.beta.kubernetes.io/app": "localhost/k8s-deny"}),
+    );
+    set(
+        &mut v,
+        "/spec/containers/0/securityContext",
+        json!({"appArmorProfile": {"type": "Localhost", "localhostProfile": "k8s-deny"}}),
+    );
+    set(&mut v, "/spec/securityContext", json!({"appArmorProfile": {"type": "RuntimeDefault"}}));
+    let (pods, problems) = parse_value(&v);
+    assert_eq!(pods.len(), 1, "{:#?}", lines(&problems, ProblemKind::Error));
+    let warnings = lines(&problems, ProblemKind::Warning);
+    assert!(
+        warnings.iter().any(|w| w.contains("deprecated since v1.30")),
+        "the annotation is deprecated: {warnings:#?}"
+    );
+    assert!(!warnings.iter().any(|w| w.starts_with("spec.")), "the field is supported: {warnings:#?}");
+}
