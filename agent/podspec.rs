@@ -129,6 +129,15 @@ fn amount(key: &str, q: &Quantity) -> i64 {
     n.and_then(|n| i64::try_from(n).ok()).unwrap_or(i64::MAX)
 }
 
+/// Every init and app container of `spec` with its field path (`spec.initContainers[0]`,
+/// `spec.containers[1]`), for checks whose findings name the field.
+pub fn containers_at(spec: &PodSpec) -> impl Iterator<Item = (String, &Container)> {
+    let init = spec.init_containers.iter().flatten().enumerate();
+    let init = init.map(|(i, c)| (format!("spec.initContainers[{i}]"), c));
+    let apps = spec.containers.iter().enumerate().map(|(i, c)| (format!("spec.containers[{i}]"), c));
+    init.chain(apps)
+}
+
 /// The OS this node runs pods of (the kubelet's `runtime.GOOS`).
 pub const NODE_OS: &str = "linux";
 

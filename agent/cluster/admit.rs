@@ -146,10 +146,8 @@ fn unsupported(spec: &PodSpec) -> Option<Rejection> {
             }
         }
     }
-    let init = spec.init_containers.iter().flatten().enumerate().map(|(i, c)| ("initContainers", i, c));
-    let apps = spec.containers.iter().enumerate().map(|(i, c)| ("containers", i, c));
-    for (kind, i, c) in init.chain(apps) {
-        found.extend(unsupported_in_container(c).into_iter().map(|why| format!("spec.{kind}[{i}].{why}")));
+    for (at, c) in crate::podspec::containers_at(spec) {
+        found.extend(unsupported_in_container(c).into_iter().map(|why| format!("{at}.{why}")));
     }
     if spec.hostname_override.is_some() {
         found.push("spec.hostnameOverride: not supported by crilet".into());

@@ -92,15 +92,13 @@ pub fn capability_problem(name: &str) -> Option<String> {
 }
 
 /// The security-context values crilet cannot honour, each as `(field path, why)`: a `/proc`
-/// left unmasked (upstream needs a user namespace for it, which crilet does not run) and
+/// left unmasked (upstream allows it only in a user namespace; crilet always masks) and
 /// capability names the runtime would ignore. Refused for static and API pods alike.
 pub fn unsupported(spec: &PodSpec) -> Vec<(String, String)> {
     let mut found = Vec::new();
-    let init = spec.init_containers.iter().flatten().enumerate().map(|(i, c)| ("initContainers", i, c));
-    let apps = spec.containers.iter().enumerate().map(|(i, c)| ("containers", i, c));
-    for (kind, i, c) in init.chain(apps) {
+    for (path, c) in crate::podspec::containers_at(spec) {
         let Some(sc) = c.security_context.as_ref() else { continue };
-        let at = format!("spec.{kind}[{i}].securityContext");
+        let at = format!("{path}.securityContext");
         if sc.proc_mount.as_deref() == Some("Unmasked") {
             found.push((
                 format!("{at}.procMount"),

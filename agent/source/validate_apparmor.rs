@@ -23,15 +23,8 @@ pub(super) fn validate(pod: &Pod, f: &mut Findings) {
     if let Some(p) = pod_profile {
         profile(p, "spec.securityContext.appArmorProfile", f);
     }
-    let init = spec
-        .init_containers
-        .iter()
-        .flatten()
-        .enumerate()
-        .map(|(i, c)| (format!("spec.initContainers[{i}]"), c));
-    let apps = spec.containers.iter().enumerate().map(|(i, c)| (format!("spec.containers[{i}]"), c));
     let mut names = Vec::new();
-    for (path, c) in init.chain(apps) {
+    for (path, c) in crate::podspec::containers_at(spec) {
         names.push(c.name.as_str());
         let sc = c.security_context.as_ref();
         let own = sc.and_then(|sc| sc.app_armor_profile.as_ref());

@@ -27,14 +27,7 @@ pub(super) fn validate(pod: &Pod, f: &mut Findings) {
         }
         None => {}
     }
-    let init = spec
-        .init_containers
-        .iter()
-        .flatten()
-        .enumerate()
-        .map(|(i, c)| (format!("spec.initContainers[{i}]"), c));
-    let apps = spec.containers.iter().enumerate().map(|(i, c)| (format!("spec.containers[{i}]"), c));
-    for (path, c) in init.chain(apps) {
+    for (path, c) in crate::podspec::containers_at(spec) {
         let sc = c.security_context.as_ref();
         let own = sc.and_then(|sc| sc.seccomp_profile.as_ref());
         match own {
