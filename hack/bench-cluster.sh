@@ -36,14 +36,7 @@ REPORT="${out:-$REPO_ROOT/BENCHMARKS.md}"
 WORK="$CRILET_DEV/bench"
 mkdir -p "$WORK"
 
-if ! { [ -s "$ENV_FILE" ] && [ "$CRILET_RUNTIME" = 2.1 ] && containerd_answers; }; then
-    log "setting up the containerd 2.1 environment (hack/setup.sh)"
-    CRILET_RUNTIME=2.1 bash "$HACK_DIR/setup.sh"
-fi
-bash "$HACK_DIR/cluster.sh" build kubelet
-bash "$HACK_DIR/cluster.sh"
-bash "$HACK_DIR/cluster.sh" node localhost >/dev/null
-bash "$HACK_DIR/cluster.sh" node crilet-bench >/dev/null
+peer_nodes localhost crilet-bench
 
 cd "$REPO_ROOT"
 log "building (release profile): cargo bench --no-run --bench cluster"

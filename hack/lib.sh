@@ -358,6 +358,22 @@ await_exec() {
 
 containerd_pid() { live_pid "$CONTAINERD_PIDFILE" "$CONTAINERD_CONFIG"; }
 containerd_answers() { ctrd version >/dev/null 2>&1; }
+
+# peer_nodes NODE... — what a side-by-side run of crilet and the upstream kubelet needs (the
+# cluster benchmark, hack/security-peer.sh): the containerd 2.1 environment (set up when it does
+# not answer), the upstream kubelet built, the control plane up, and each NODE's identity.
+peer_nodes() {
+    if ! { [ -s "$ENV_FILE" ] && [ "$CRILET_RUNTIME" = 2.1 ] && containerd_answers; }; then
+        log "setting up the containerd 2.1 environment (hack/setup.sh)"
+        CRILET_RUNTIME=2.1 bash "$HACK_DIR/setup.sh"
+    fi
+    bash "$HACK_DIR/cluster.sh" build kubelet
+    bash "$HACK_DIR/cluster.sh"
+    local node
+    for node in "$@"; do
+        bash "$HACK_DIR/cluster.sh" node "$node" >/dev/null
+    done
+}
 registry_pid() { live_pid "$REGISTRY_PIDFILE" "$REGISTRY_CONFIG"; }
 registry_answers() { curl -fsS --max-time 2 -o /dev/null "http://$REGISTRY_LISTEN/v2/" 2>/dev/null; }
 
