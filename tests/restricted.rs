@@ -12,10 +12,6 @@ use std::time::Duration;
 use common::cluster::Node;
 use common::*;
 
-/// What the container prints: its `/proc/self/status` security lines, its ids, and the options
-/// of its root mount; `END` closes the report.
-const REPORT: &str = r#"grep -E '^(Seccomp|NoNewPrivs|CapInh|CapPrm|CapEff|CapBnd|CapAmb|Uid|Gid|Groups):' /proc/self/status; awk '$2 == "/" {print "Root:", substr($4, 1, 2)}' /proc/mounts; if touch /scratch/probe; then echo 'Scratch: rw'; fi; echo END; exec sleep 3600"#;
-
 /// The Deployment, placed by kube-scheduler on `node` (through its `crilet.io/test` label).
 fn deployment(node: &str) -> String {
     format!(
@@ -39,26 +35,14 @@ spec:
       containers:
       - name: c
         image: ${{CRILET_IMAGE_BUSYBOX}}
-        command: [sh, -c, {REPORT:?}]
+        command: [sh, -c, {report:?}]
         volumeMounts: [{{name: scratch, mountPath: /scratch}}]
         securityContext:
           allowPrivilegeEscalation: false
           readOnlyRootFilesystem: true
           capabilities: {{drop: [ALL]}}
-"#
-    )
-}
-
-/// The value of each `Key:` line the container printed before `END` (whitespace collapsed).
-fn report(out: &str) -> Option<Vec<(String, String)>> {
-    let lines: Vec<&str> = out.lines().collect();
-    let end = lines.iter().position(|l| l.trim() == "END")?;
-    Some(
-        lines[..end]
-            .iter()
-            .filter_map(|l| l.split_once(':'))
-            .map(|(k, v)| (k.trim().to_string(), v.split_whitespace().collect::<Vec<_>>().join(" ")))
-            .collect(),
+"#,
+        report = testkit::report::SECURITY_REPORT
     )
 }
 
@@ -95,7 +79,7 @@ async fn a_restricted_deployment_runs_with_every_restriction_in_force() {
     let name = pod["metadata"]["name"].as_str().expect("pod name").to_string();
     let seen = wait_for("the container's report", Duration::from_secs(30), || async {
         let (ok, out, _) = node.agent.cli(&["logs", &name, "-n", &ns]);
-        if ok { report(&out) } else { None }
+        if ok { testkit::report::key_values(out.lines()) } else { None }
     })
     .await;
     let get = |k: &str| {

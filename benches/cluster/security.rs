@@ -20,9 +20,6 @@ use crate::agents::Kind;
 /// The check's namespace, enforcing the `restricted` level.
 pub const NS: &str = "bench-restricted";
 
-/// What the container prints (as tests/restricted.rs): `Key: value` lines, then `END`.
-const REPORT: &str = r#"grep -E '^(Seccomp|NoNewPrivs|CapInh|CapPrm|CapEff|CapBnd|CapAmb|Uid|Gid|Groups):' /proc/self/status; awk '$2 == "/" {print "Root:", substr($4, 1, 2)}' /proc/mounts; if touch /scratch/probe; then echo 'Scratch: rw'; fi; echo END; exec sleep 3600"#;
-
 /// Makes the namespace (labelled `restricted`) if needed.
 pub async fn ensure_namespace(client: &Client) {
     crate::shared::ensure_namespace(client, NS).await;
@@ -53,7 +50,7 @@ fn deployment(node: &str) -> Deployment {
                     "containers": [{
                         "name": "c",
                         "image": crate::image(),
-                        "command": ["sh", "-c", REPORT],
+                        "command": ["sh", "-c", testkit::report::SECURITY_REPORT],
                         "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
                         "securityContext": {"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true,
                             "capabilities": {"drop": ["ALL"]}},
@@ -97,18 +94,10 @@ pub async fn check(client: &Client, env: &Env, kind: Kind) -> Vec<(String, Strin
     report
 }
 
-/// The `Key: value` lines before `END` in a CRI log file (`TIME STREAM TAG CONTENT` lines).
+/// The report in a CRI log file (`TIME STREAM TAG CONTENT` lines).
 fn read_report(log: &Path) -> Option<Vec<(String, String)>> {
     let text = std::fs::read_to_string(log).ok()?;
-    let lines: Vec<&str> = text.lines().filter_map(|l| l.splitn(4, ' ').nth(3)).collect();
-    let end = lines.iter().position(|l| l.trim() == "END")?;
-    Some(
-        lines[..end]
-            .iter()
-            .filter_map(|l| l.split_once(':'))
-            .map(|(k, v)| (k.trim().to_string(), v.split_whitespace().collect::<Vec<_>>().join(" ")))
-            .collect(),
-    )
+    testkit::report::key_values(text.lines().filter_map(|l| l.splitn(4, ' ').nth(3)))
 }
 
 /// The side-by-side table: one row per key, the kubelet's value, crilet's, and whether they match.
