@@ -165,17 +165,20 @@ remove_orphan_netns() {
     done
 }
 
-# Sandboxes deleted behind the CRI plugin's back keep their /dev/shm mount under our state
-# dir; unmount those whose container no longer exists (the CRI plugin drops the directories
-# at its next start).
+# Sandboxes deleted behind the CRI plugin's back keep their mounts under our state dir: the
+# /dev/shm mount and, for a pod with its own user namespace (hostUsers: false), the namespace
+# pinned at pinned-namespaces/user. Unmount those whose container no longer exists (the CRI
+# plugin drops the directories at its next start).
 unmount_orphan_sandbox_shm() {
-    local existing="$1" mnt id
+    local existing="$1" mnt id prefix="$CONTAINERD_STATE/io.containerd.grpc.v1.cri/sandboxes/"
     while read -r mnt; do
-        id="$(basename "$(dirname "$mnt")")"
+        id="${mnt#"$prefix"}"
+        id="${id%%/*}"
         grep -qx "$id" <<<"$existing" && continue
         umount "$mnt" 2>/dev/null || warn "could not unmount $mnt"
-    done < <(awk -v p="$CONTAINERD_STATE/io.containerd.grpc.v1.cri/sandboxes/" \
-        'index($5, p) == 1 && $5 ~ /\/shm$/ {print $5}' /proc/self/mountinfo)
+    done < <(awk -v p="$prefix" \
+        'index($5, p) == 1 && ($5 ~ /\/shm$/ || $5 ~ /\/pinned-namespaces\/[^\/]+$/) {print $5}' \
+        /proc/self/mountinfo)
 }
 
 # remove_owned — what setup recorded as made by us (lib.sh OWNED_DIR): the empty pod cgroup
