@@ -15,7 +15,8 @@
 # Environment: CRILET_BENCH_CLUSTER_ROUNDS [2], CRILET_BENCH_CLUSTER_STARTS [10],
 #   CRILET_BENCH_CLUSTER_RESTARTS [5], CRILET_BENCH_CLUSTER_PODS [110],
 #   CRILET_BENCH_CLUSTER_WINDOW [60 s], CRILET_BENCH_BIN (another crilet build).
-# About 5 minutes per phase on 2 cores (20 min for the default 2 rounds). The agents' logs are
+# About 6 minutes per phase on 2 cores (25 min for the default 2 rounds), the last of them a
+# window in which the agent's stats endpoints are scraped every 10 s (their cost at 110 pods). The agents' logs are
 # kept in /var/lib/crilet-dev/bench-cluster while it runs; the output in /var/lib/crilet-dev/bench.
 set -euo pipefail
 out=""

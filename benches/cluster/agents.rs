@@ -31,6 +31,14 @@ impl Kind {
         }
     }
 
+    /// The agent's kubelet API port.
+    pub fn port(self) -> u16 {
+        match self {
+            Kind::Kubelet => KUBELET_PORT,
+            Kind::Crilet => CRILET_PORT,
+        }
+    }
+
     pub fn label(self) -> &'static str {
         match self {
             Kind::Kubelet => "kubelet",

@@ -9,7 +9,8 @@
 //! Scenarios (scenarios.rs): API create → Running and → Ready, one pod at a time; exit →
 //! replacement running (CRI timestamps); a 110-replica Deployment placed by kube-scheduler:
 //! create → all Running, → all Ready, the agent's API requests per pod start (API server audit
-//! log), its CPU for the start, then its RSS, CPU and request rate in a steady window.
+//! log), its CPU for the start, then its RSS, CPU and request rate in a steady window, and the
+//! same window again with `/metrics/resource` and `/stats/summary` scraped every 10 s.
 //!
 //! Run through `hack/bench-cluster.sh` (it starts the control plane, builds the kubelet, writes
 //! the node identities and this benchmark's environment). Environment (defaults in brackets):
@@ -71,6 +72,9 @@ pub struct Env {
     pub kubelet_bin: PathBuf,
     pub crilet_bin: PathBuf,
     pub audit_log: PathBuf,
+    /// The API server's kubelet client certificate and key (the stats scrapes).
+    pub scrape_cert: PathBuf,
+    pub scrape_key: PathBuf,
 }
 
 static IMAGE: OnceLock<String> = OnceLock::new();
@@ -91,6 +95,10 @@ struct Side {
     rss: Vec<f64>,
     cpu: Vec<f64>,
     requests_per_min: Vec<f64>,
+    scraped_rss: Vec<f64>,
+    scraped_cpu: Vec<f64>,
+    resource_ms: Vec<f64>,
+    summary_ms: Vec<f64>,
 }
 
 async fn phase(
@@ -131,6 +139,18 @@ async fn phase(
     side.rss.push(s.rss_mib);
     side.cpu.push(s.cpu_pct);
     side.requests_per_min.push(s.requests_per_min);
+    eprintln!(
+        "  scraped every 10 s: RSS {:.1} MiB, CPU {:.2} %, /metrics/resource {:.0} ms, /stats/summary {:.0} ms, {} failed",
+        s.scraped.rss_mib,
+        s.scraped.cpu_pct,
+        median(&s.scraped.resource_ms),
+        median(&s.scraped.summary_ms),
+        s.scraped.failures
+    );
+    side.scraped_rss.push(s.scraped.rss_mib);
+    side.scraped_cpu.push(s.scraped.cpu_pct);
+    side.resource_ms.extend(s.scraped.resource_ms);
+    side.summary_ms.extend(s.scraped.summary_ms);
 
     // Every pod is gone from the API; make sure nothing runs before the agent stops.
     let deadline = Instant::now() + std::time::Duration::from_secs(120);
@@ -193,6 +213,28 @@ fn report(k: &Side, c: &Side, rounds: usize, pods: usize, window: u64) -> Scenar
             "",
             at_most,
         ),
+        ratio_row(
+            &format!("agent RSS at {pods} pods, stats scraped every 10 s"),
+            &k.scraped_rss,
+            &c.scraped_rss,
+            "MiB",
+            at_most,
+        ),
+        ratio_row(
+            &format!("agent CPU at {pods} pods, stats scraped every 10 s (% of one core)"),
+            &k.scraped_cpu,
+            &c.scraped_cpu,
+            "%",
+            at_most,
+        ),
+        ratio_row(
+            &format!("GET /metrics/resource at {pods} pods"),
+            &k.resource_ms,
+            &c.resource_ms,
+            "ms",
+            at_most,
+        ),
+        ratio_row(&format!("GET /stats/summary at {pods} pods"), &k.summary_ms, &c.summary_ms, "ms", at_most),
     ];
     Scenario {
         id: "cluster".into(),
@@ -214,7 +256,10 @@ fn report(k: &Side, c: &Side, rounds: usize, pods: usize, window: u64) -> Scenar
              API requests: the agent's own requests (user system:node:NAME) in the API server's audit log from \
              the create to all Ready, divided by {pods}. CPU: utime+stime of the agent process. Then 5 s later \
              a {window} s window with the pods running and nothing polling: max VmRSS, CPU (% of one core) and \
-             requests per minute. Values: median / p95 of all samples (per-pod rows) or of one sample per \
+             requests per minute. Then a second window of the same length in which the agent's \
+             `/metrics/resource` (what metrics-server reads) and `/stats/summary` are fetched every 10 s with the API \
+             server's kubelet client certificate (curl; its time_total per request): the cost of the stats \
+             endpoints, which the kubelet's cAdvisor collects all the time and crilet when asked. Values: median / p95 of all samples (per-pod rows) or of one sample per \
              round (Deployment rows)."
         ),
         rows,
@@ -229,6 +274,7 @@ async fn main() {
     let _ = IMAGE.set(need(&vars, "CRILET_IMAGE_BUSYBOX"));
     let endpoint = need(&vars, "CRILET_CONTAINERD_ENDPOINT");
     let cri = CriClient::new(&endpoint, &endpoint).expect("CRI client");
+    let pki = PathBuf::from(need(&vars, "CRILET_CLUSTER_DIR")).join("pki");
     let env = Env {
         cri,
         endpoint,
@@ -239,6 +285,8 @@ async fn main() {
             .map(PathBuf::from)
             .unwrap_or_else(|_| PathBuf::from(env!("CARGO_BIN_EXE_crilet"))),
         audit_log: PathBuf::from(need(&vars, "CRILET_CLUSTER_AUDIT_LOG")),
+        scrape_cert: pki.join("apiserver-kubelet-client.crt"),
+        scrape_key: pki.join("apiserver-kubelet-client.key"),
     };
     // One side only (to try the benchmark out; the report then has no ratios).
     let only = std::env::var("CRILET_BENCH_CLUSTER_ONLY").unwrap_or_default();

@@ -207,7 +207,24 @@ pub struct Scale {
     pub rss_mib: f64,
     pub cpu_pct: f64,
     pub requests_per_min: f64,
+    /// A second window of the same length, scraped as metrics-server scrapes a node.
+    pub scraped: Scraped,
 }
+
+/// The cost of the stats endpoints: a window in which the agent's `/metrics/resource` (what
+/// metrics-server reads) and `/stats/summary` are fetched every [`SCRAPE_PERIOD`].
+pub struct Scraped {
+    pub rss_mib: f64,
+    pub cpu_pct: f64,
+    /// Each answered request's time (ms, curl's `time_total`: connect, TLS, response).
+    pub resource_ms: Vec<f64>,
+    pub summary_ms: Vec<f64>,
+    /// Requests that did not answer 200.
+    pub failures: usize,
+}
+
+/// metrics-server's shortest `--metric-resolution` is 10 s.
+const SCRAPE_PERIOD: Duration = Duration::from_secs(10);
 
 /// A Deployment of `n` replicas placed by kube-scheduler (required node affinity on the node's
 /// name): create → all pods Running, → all Ready; then a steady window with nothing polling.
@@ -280,6 +297,7 @@ pub async fn scale(
     let w_b = SystemTime::now();
     // The audit log's writes are synchronous, but give the last ones a moment.
     tokio::time::sleep(Duration::from_secs(1)).await;
+    let scraped = scraped_window(env, agent, window).await;
     let user = format!("system:node:{}", agent.kind.node());
     let start_requests = audit_requests(&env.audit_log, &user, wall0, wall1);
     let steady_requests = audit_requests(&env.audit_log, &user, w_a, w_b);
@@ -296,6 +314,62 @@ pub async fn scale(
         rss_mib: rss as f64 / 1024.0,
         cpu_pct,
         requests_per_min: steady_requests as f64 * 60.0 / secs,
+        scraped,
+    }
+}
+
+/// The steady window again, with the agent's stats endpoints scraped every [`SCRAPE_PERIOD`]
+/// with the API server's kubelet client certificate (as the API server's proxy or
+/// metrics-server would reach it). The kubelet collects stats all the time (cAdvisor), crilet
+/// when asked: this window is where the two costs compare.
+async fn scraped_window(env: &Env, agent: &Agent, window: Duration) -> Scraped {
+    let port = agent.kind.port();
+    let (cpu_a, t_a) = (agent.cpu_seconds(), Instant::now());
+    let mut out =
+        Scraped { rss_mib: 0.0, cpu_pct: 0.0, resource_ms: vec![], summary_ms: vec![], failures: 0 };
+    let mut rss = 0u64;
+    let mut next = t_a;
+    while t_a.elapsed() < window {
+        if Instant::now() >= next {
+            next += SCRAPE_PERIOD;
+            for (path, into) in
+                [("metrics/resource", &mut out.resource_ms), ("stats/summary", &mut out.summary_ms)]
+            {
+                match fetch(env, port, path).await {
+                    Ok(ms) => into.push(ms),
+                    Err(e) => {
+                        eprintln!("  {} /{path}: {e}", agent.kind.label());
+                        out.failures += 1;
+                    }
+                }
+            }
+        }
+        rss = rss.max(agent.memory().0);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    out.cpu_pct = (agent.cpu_seconds() - cpu_a) / t_a.elapsed().as_secs_f64() * 100.0;
+    out.rss_mib = rss as f64 / 1024.0;
+    out
+}
+
+/// GETs https://127.0.0.1:PORT/PATH with the kubelet client certificate; curl's own timing.
+async fn fetch(env: &Env, port: u16, path: &str) -> Result<f64, String> {
+    let out = tokio::process::Command::new("curl")
+        .args(["-sk", "-o", "/dev/null", "-w", "%{http_code} %{time_total}", "--max-time", "20"])
+        .arg("--cert")
+        .arg(&env.scrape_cert)
+        .arg("--key")
+        .arg(&env.scrape_key)
+        .arg(format!("https://127.0.0.1:{port}/{path}"))
+        .output()
+        .await
+        .map_err(|e| format!("curl: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    match text.split_once(' ') {
+        Some(("200", secs)) => {
+            secs.trim().parse::<f64>().map(|s| s * 1000.0).map_err(|e| format!("{text}: {e}"))
+        }
+        _ => Err(format!("answered {text:?}")),
     }
 }
 
