@@ -294,6 +294,7 @@ async fn stats_agree_with_the_cgroup_files() {
         p["ephemeral-storage"]
     );
     assert!(burn["startTime"].as_str().is_some_and(|t| t.ends_with('Z')), "{burn}");
+    assert!(p["network"]["time"].as_str().is_some_and(|t| !t.starts_with("1970")), "{}", p["network"]);
 
     // /metrics/resource: the kubelet's names and labels, the same numbers.
     let before = burn_cg.cpu_ns();

@@ -196,7 +196,7 @@ impl Collector {
                 ),
                 cpu: cgroup_cpu(&pod_usage),
                 memory: pod_usage.memory.as_ref().map(Mem::of_cgroup),
-                network: networks.get(&uid).map(network),
+                network: networks.get(&uid).map(|n| network(n, read_at)),
                 volumes: disks
                     .iter()
                     .filter_map(|(k, d)| Some((k.strip_prefix("volume/")?.to_string(), *d)))
@@ -284,7 +284,9 @@ fn cri_memory(s: &api::ContainerStats) -> Option<(Time, Mem)> {
     ))
 }
 
-fn network(n: &api::NetworkUsage) -> NetworkStats {
+/// The runtime's network counters of a pod; `now` stands for the time when the runtime gives
+/// none (containerd leaves it 0).
+fn network(n: &api::NetworkUsage, now: jiff::Timestamp) -> NetworkStats {
     let v = |x: &Option<api::UInt64Value>| x.as_ref().map(|v| v.value);
     let iface = |i: &api::NetworkInterfaceUsage| InterfaceStats {
         name: i.name.clone(),
@@ -295,7 +297,10 @@ fn network(n: &api::NetworkUsage) -> NetworkStats {
     };
     let default = n.default_interface.as_ref().map(iface).unwrap_or_default();
     NetworkStats {
-        time: Time(jiff::Timestamp::from_nanosecond(i128::from(n.timestamp)).unwrap_or_default()),
+        time: Time(match n.timestamp {
+            0 => now,
+            ns => jiff::Timestamp::from_nanosecond(i128::from(ns)).unwrap_or(now),
+        }),
         default,
         interfaces: n.interfaces.iter().map(iface).collect(),
     }
