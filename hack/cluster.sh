@@ -13,7 +13,8 @@
 #        hack/cluster.sh kubeadm         make the cluster joinable by `kubeadm join` as kubeadm
 #                                        init makes it (its own phases, see cmd_kubeadm) and
 #                                        print the join's endpoint, token and CA hash
-#        hack/cluster.sh build [kubelet] build the binaries and fetch etcd/kubectl only; with
+#        hack/cluster.sh build [kubelet] build the binaries (metrics-server's too) and fetch
+#                                        etcd/kubectl only; with
 #                                        `kubelet` also the upstream kubelet (for benchmarks)
 #        hack/cluster.sh metrics-server [stop]
 #                                        build and start metrics-server (on demand: it costs CPU)
@@ -39,12 +40,16 @@
 #      K8S_WRAPPER_DIR: one `replace k8s.io/X => k8s.io/X v0.36.3` per staging module), CGO off,
 #      into /var/lib/crilet-dev/k8s/v1.36.3/bin, Go's caches in /var/lib/crilet-dev/k8s/go
 #      (log: $LOG_DIR/cluster-build.log). A binary that reports the right version is not rebuilt.
+#      metrics-server v0.8.0 likewise (lib.sh build_metrics_server, into
+#      /var/lib/crilet-dev/k8s/metrics-server-v0.8.0/bin; started only by `metrics-server`).
 #   2. etcd 3.5.30 (etcd-server) and kubectl 1.36.4+ds-1 from Debian sid: `apt-get download`
 #      through hack/lib.sh's private sid apt state (sid_unpack), `dpkg-deb -x` into
 #      /var/lib/crilet-dev/k8s/sid (never installed on the system).
 #   3. a PKI under /var/lib/crilet-dev/cluster/pki (openssl; ECDSA P-256 CA, PKCS#8 keys):
 #      apiserver serving cert, admin client (CN=admin, O=system:masters), apiserver->kubelet
-#      client (CN=kube-apiserver-kubelet-client, O=system:masters), RSA service-account keys;
+#      client (CN=kube-apiserver-kubelet-client, O=system:masters), RSA service-account keys,
+#      the front proxy's own CA and the API server's proxy client (CN=front-proxy-client), and
+#      metrics-server's serving cert;
 #      admin.kubeconfig next to it (everything embedded as base64 data).
 #   4. etcd (client 127.0.0.1:2479, peer :2480, --unsafe-no-fsync), kube-apiserver (:16443),
 #      kube-controller-manager (:16257), kube-scheduler (:16259), each a detached process with
@@ -92,7 +97,7 @@ START_DEADLINE=90
 METRICS_SERVER_RESOLUTION=10s
 METRICS_APISERVICE=v1beta1.metrics.k8s.io
 
-usage() { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//' >&2; exit "${1:-2}"; }
+usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//' >&2; exit "${1:-2}"; }
 
 # ------------------------------------------------------------------------------------------
 # etcd and kubectl from Debian sid
@@ -629,6 +634,8 @@ cmd_build() {
     local cmds=("${K8S_DEFAULT_CMDS[@]}")
     [ "${1:-}" = kubelet ] && cmds+=(kubelet)
     build_k8s "${cmds[@]}"
+    # Built with the cluster (cached), started on demand (cmd_metrics_server).
+    build_metrics_server
     ensure_etcd
     ensure_kubectl
 }
@@ -890,6 +897,13 @@ cmd_status() {
         fi
         printf '%-24s %-40s ports %s\n' "$name" "$state" "$(component_ports "$name")"
     done
+    # On demand: not running is no failure.
+    if pid="$(component_pid metrics-server)"; then
+        if component_healthy metrics-server; then state="running (pid $pid), healthy"; else state="running (pid $pid), NOT answering"; bad=1; fi
+    else
+        state="not running (on demand: hack/cluster.sh metrics-server)"
+    fi
+    printf '%-24s %-40s ports %s\n' metrics-server "$state" "$(component_ports metrics-server)"
     if [ -f "$CLUSTER_ENV_FILE" ]; then echo "env file: $CLUSTER_ENV_FILE"; else echo "env file: none"; fi
     return "$bad"
 }
