@@ -95,6 +95,12 @@ KUBECTL_CACHE="$CLUSTER_DIR/kubectl-cache"
 # Seconds each component gets to answer its health endpoint after a start.
 START_DEADLINE=90
 METRICS_SERVER_RESOLUTION=10s
+# Which node address metrics-server dials. InternalIP: crilet nodes run with --node-ip 127.0.0.1.
+# The upstream kubelet refuses a loopback node IP (its InternalIP is this host's primary IP,
+# never to be dialled); run as node `localhost` it is reached by its Hostname instead
+# (hack/top-peer.sh sets Hostname for the kubelet's turn; `metrics-server` restarts it when this
+# changes).
+METRICS_SERVER_ADDRESS_TYPES="${CRILET_METRICS_SERVER_ADDRESS_TYPES:-InternalIP}"
 METRICS_APISERVICE=v1beta1.metrics.k8s.io
 
 usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//' >&2; exit "${1:-2}"; }
@@ -435,7 +441,7 @@ component_argv() {
                 --bind-address 127.0.0.1 --secure-port "$CLUSTER_METRICS_SERVER_PORT"
                 --cert-dir "$CLUSTER_DIR/metrics-server-certs"
                 --tls-cert-file "$PKI/metrics-server.crt" --tls-private-key-file "$PKI/metrics-server.key"
-                --kubelet-preferred-address-types InternalIP
+                --kubelet-preferred-address-types "$METRICS_SERVER_ADDRESS_TYPES"
                 --kubelet-use-node-status-port
                 --kubelet-certificate-authority "$CA_CRT"
                 --kubelet-request-timeout 5s
