@@ -262,6 +262,7 @@ async fn kubectl_top_and_an_hpa_work_on_a_crilet_node() {
 
     // The HPA: up to 2 while the pod burns (~800 % of its request), back to 1 once it stops.
     node.apply(HPA);
+    let t = std::time::Instant::now();
     let describe = || node.kubectl(&["describe", "hpa", "burn"]).1;
     if poll_until(Duration::from_secs(90), Duration::from_secs(1), || {
         std::future::ready((replicas(&node) == Some((2, 2))).then_some(()))
@@ -271,7 +272,9 @@ async fn kubectl_top_and_an_hpa_work_on_a_crilet_node() {
     {
         panic!("the HPA did not scale burn to 2 ready replicas: {:?}\n{}", replicas(&node), describe());
     }
+    eprintln!("HPA: 2 ready replicas {:.0} s after it was created", t.elapsed().as_secs_f64());
     std::fs::write(ctl.join("stop"), b"").expect("stop the burn");
+    let t = std::time::Instant::now();
     if poll_until(Duration::from_secs(120), Duration::from_secs(1), || {
         std::future::ready((replicas(&node) == Some((1, 1))).then_some(()))
     })
@@ -284,5 +287,6 @@ async fn kubectl_top_and_an_hpa_work_on_a_crilet_node() {
             describe()
         );
     }
+    eprintln!("HPA: back to 1 replica {:.0} s after the burn stopped", t.elapsed().as_secs_f64());
     let _ = std::fs::remove_dir_all(&ctl);
 }
