@@ -31,6 +31,7 @@ pub mod quantity;
 pub mod recorder;
 pub mod registry;
 pub mod source;
+pub mod stats;
 pub mod status;
 pub mod sysctl;
 pub mod systemd;

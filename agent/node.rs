@@ -42,6 +42,11 @@ pub fn pod_dir(node: &NodeConfig, uid: &str) -> PathBuf {
     node.root_dir.join("pods").join(uid)
 }
 
+/// `<root-dir>/pods/<uid>/volumes/kubernetes.io~empty-dir/<volume>`: an emptyDir's directory.
+pub fn empty_dir(root_dir: &Path, uid: &str, volume: &str) -> PathBuf {
+    root_dir.join("pods").join(uid).join("volumes/kubernetes.io~empty-dir").join(volume)
+}
+
 /// The machine's memory in bytes (`MemTotal` of /proc/meminfo; 0 when unreadable).
 pub fn memory_total() -> u64 {
     std::fs::read_to_string("/proc/meminfo")

@@ -476,3 +476,93 @@ pub(crate) fn host_ip() -> Option<String> {
 #[cfg(test)]
 #[path = "config_tests.rs"]
 mod tests;
+
+/// A duration as Go's `time.Duration` prints it in a `KubeletConfiguration` (`1m0s`, `10s`,
+/// `1h0m0s`, `500ms`).
+fn go_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms < 1000 {
+        return if ms == 0 { "0s".into() } else { format!("{ms}ms") };
+    }
+    let (h, m) = (d.as_secs() / 3600, d.as_secs() / 60 % 60);
+    let s = d.as_secs_f64() % 60.0;
+    match (h, m) {
+        (0, 0) => format!("{s}s"),
+        (0, _) => format!("{m}m{s}s"),
+        _ => format!("{h}h{m}m{s}s"),
+    }
+}
+
+impl Settings {
+    /// The kubelet API's `/configz`: crilet's effective settings as the `KubeletConfiguration`
+    /// fields they stand for (`cli::kubelet_config` maps the same names the other way), under
+    /// `kubeletconfig` as the kubelet serves it. Only what crilet has a setting for is there.
+    pub(crate) fn configz(&self, cgroup_driver: crilet::cgroup::CgroupDriver) -> serde_json::Value {
+        use serde_json::{Value, json};
+        let mut c = serde_json::Map::new();
+        let mut set = |k: &str, v: Value| {
+            c.insert(k.to_string(), v);
+        };
+        set("enableServer", json!(self.cluster.is_some()));
+        set("staticPodPath", json!(self.manifest_dir));
+        set("podLogsDir", json!(self.pod_logs_dir));
+        set("containerRuntimeEndpoint", json!(self.runtime_endpoint));
+        set("imageServiceEndpoint", json!(self.image_endpoint));
+        set("cgroupDriver", json!(cgroup_driver.as_str()));
+        set("seccompDefault", json!(self.seccomp_default));
+        set("clusterDomain", json!(self.dns.cluster_domain));
+        set("clusterDNS", json!(self.dns.cluster_dns.iter().map(ToString::to_string).collect::<Vec<_>>()));
+        set(
+            "resolvConf",
+            json!(self.dns.resolv_conf.as_ref().map_or(String::new(), |p| p.display().to_string())),
+        );
+        set("containerLogMaxSize", json!(format!("{}Ki", self.log_rotation.max_size / 1024)));
+        set("containerLogMaxFiles", json!(self.log_rotation.max_files));
+        set("containerLogMonitorInterval", json!(go_duration(self.log_rotation.monitor_interval)));
+        if let Some((grace, critical)) = self.shutdown {
+            set("shutdownGracePeriod", json!(go_duration(grace)));
+            set("shutdownGracePeriodCriticalPods", json!(go_duration(critical)));
+        }
+        match self.metrics_bind_address.as_deref().and_then(|a| a.rsplit_once(':')) {
+            Some((host, port)) => {
+                set("healthzBindAddress", json!(host.trim_start_matches('[').trim_end_matches(']')));
+                set("healthzPort", json!(port.parse::<u16>().unwrap_or(0)));
+            }
+            None => set("healthzPort", json!(0)),
+        }
+        if let Some(cl) = &self.cluster {
+            let cfg = &cl.config;
+            set("address", json!(cfg.node_ip));
+            set("port", json!(cfg.port));
+            set("maxPods", json!(cfg.max_pods));
+            set("syncFrequency", json!(go_duration(cl.sync_frequency)));
+            set("kubeAPIQPS", json!(cfg.api_limit.qps));
+            set("kubeAPIBurst", json!(cfg.api_limit.burst));
+            set("eventRecordQPS", json!(cfg.event_limit.qps));
+            set("eventBurst", json!(cfg.event_limit.burst));
+            set("rotateCertificates", json!(cfg.rotate_certificates));
+            set(
+                "serverTLSBootstrap",
+                json!(matches!(cl.serving, crilet::cluster::serving_cert::Source::Csr)),
+            );
+            if let crilet::cluster::serving_cert::Source::Files { cert, key } = &cl.serving {
+                set("tlsCertFile", json!(cert));
+                set("tlsPrivateKeyFile", json!(key));
+            }
+            let ca = cl.client_ca_file.as_ref().map_or(String::new(), |p| p.display().to_string());
+            set(
+                "authentication",
+                json!({
+                    "x509": {"clientCAFile": ca},
+                    "webhook": {"enabled": true, "cacheTTL": "2m0s"},
+                    "anonymous": {"enabled": false}
+                }),
+            );
+            set(
+                "authorization",
+                json!({"mode": "Webhook", "webhook": {"cacheAuthorizedTTL": "5m0s", "cacheUnauthorizedTTL": "30s"}}),
+            );
+        }
+        json!({ "kubeletconfig": Value::Object(c) })
+    }
+}

@@ -178,3 +178,31 @@ fn allowed_unsafe_sysctls_from_either_format_and_checked_at_start() {
     let err = format!("{:#}", flag.resolve().err().expect("a node-level pattern is refused"));
     assert!(err.contains(r#""vm.*" is not known to be namespaced"#), "{err}");
 }
+
+/// `/configz` gives back, under the kubelet's field names, what a `KubeletConfiguration` set.
+#[test]
+fn configz_names_the_settings_as_the_kubelet() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let yaml = format!(
+        "{KUBELET}staticPodPath: /etc/kubernetes/manifests\ncgroupDriver: systemd\nshutdownGracePeriod: 1m30s\n\
+         shutdownGracePeriodCriticalPods: 500ms\nclusterDomain: cluster.local\nclusterDNS: [10.96.0.10]\nhealthzPort: 10300\n"
+    );
+    let s = args_with(&dir, &yaml).resolve().expect("resolves");
+    let z = s.configz(crilet::cgroup::CgroupDriver::Systemd);
+    let k = &z["kubeletconfig"];
+    for (field, want) in [
+        ("staticPodPath", serde_json::json!("/etc/kubernetes/manifests")),
+        ("cgroupDriver", serde_json::json!("systemd")),
+        ("shutdownGracePeriod", serde_json::json!("1m30s")),
+        ("shutdownGracePeriodCriticalPods", serde_json::json!("500ms")),
+        ("clusterDNS", serde_json::json!(["10.96.0.10"])),
+        ("healthzBindAddress", serde_json::json!("127.0.0.1")),
+        ("healthzPort", serde_json::json!(10300)),
+        ("enableServer", serde_json::json!(false)),
+    ] {
+        assert_eq!(k[field], want, "{field}: {z}");
+    }
+    for (d, want) in [(0, "0s"), (10_000, "10s"), (60_000, "1m0s"), (3_600_000, "1h0m0s"), (250, "250ms")] {
+        assert_eq!(go_duration(Duration::from_millis(d)), want);
+    }
+}

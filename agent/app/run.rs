@@ -256,6 +256,15 @@ pub(crate) async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
         metrics.clone(),
         volumes.clone(),
     );
+    let stats = crilet::stats::Collector::new(
+        cri.clone(),
+        ctx.cgroups.clone(),
+        registry.clone(),
+        s.node_name.clone(),
+        s.root_dir.clone(),
+        s.pod_logs_dir.clone(),
+    );
+    let configz = s.configz(cgroup_driver);
     let pleg_state = std::sync::Arc::new(pleg::PlegState::new(metrics.clone()));
     {
         let info = crilet::api::RuntimeInfo {
@@ -385,9 +394,11 @@ pub(crate) async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
                 serving,
                 client_ca_file: c.client_ca_file.clone(),
                 node_name: c.config.node_name.clone(),
+                configz,
             };
             let server =
-                crilet::kubelet_api::bind(cfg, api_client.clone(), registry.clone(), cri.clone()).await?;
+                crilet::kubelet_api::bind(cfg, api_client.clone(), registry.clone(), cri.clone(), stats)
+                    .await?;
             info!(address = %format!("{ip}:{}", c.config.port), "serving the kubelet API (TLS)");
             tasks.spawn("kubelet API server", server.serve(cancel.child_token()));
             merged

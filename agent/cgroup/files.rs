@@ -174,6 +174,86 @@ impl Hierarchy {
     }
 }
 
+/// What a cgroup has used (the files cadvisor and containerd read for the same stats): its CPU
+/// time so far and its memory now. A file that cannot be read leaves its part `None`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// Cumulative CPU time in ns (v1 `cpuacct.usage`, v2 `cpu.stat` `usage_usec`).
+    pub cpu_ns: Option<u64>,
+    pub memory: Option<MemoryUsage>,
+}
+
+/// A cgroup's memory: its usage and the `memory.stat` counters the kubelet's stats derive from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MemoryUsage {
+    /// v1 `memory.usage_in_bytes`, v2 `memory.current`.
+    pub usage: u64,
+    /// `total_inactive_file` (v1) or `inactive_file` (v2): the page cache the kernel reclaims
+    /// first, which the working set leaves out.
+    pub inactive_file: u64,
+    /// `total_rss` (v1) or `anon` (v2), as cadvisor reports RSS.
+    pub rss: u64,
+    pub page_faults: u64,
+    pub major_page_faults: u64,
+    /// v2 `memory.swap.current`; v1 has no per-cgroup swap use without memsw accounting.
+    pub swap: Option<u64>,
+}
+
+/// The counters of a `memory.stat` text that [`MemoryUsage`] keeps, under v1's hierarchical
+/// names (`total_*`) or v2's: (inactive_file, rss, pgfault, pgmajfault). Pure.
+pub fn parse_memory_stat(text: &str, v2: bool) -> (u64, u64, u64, u64) {
+    let keys: [&str; 4] = if v2 {
+        ["inactive_file", "anon", "pgfault", "pgmajfault"]
+    } else {
+        ["total_inactive_file", "total_rss", "total_pgfault", "total_pgmajfault"]
+    };
+    let mut out = [0u64; 4];
+    for line in text.lines() {
+        let mut words = line.split_whitespace();
+        let (Some(k), Some(v)) = (words.next(), words.next()) else { continue };
+        if let Some(i) = keys.iter().position(|want| *want == k) {
+            out[i] = v.parse().unwrap_or(0);
+        }
+    }
+    (out[0], out[1], out[2], out[3])
+}
+
+/// v2 `cpu.stat`'s `usage_usec`, in ns. Pure.
+pub fn parse_cpu_stat_usage(text: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix("usage_usec "))
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(|us| us * 1000)
+}
+
+impl Hierarchy {
+    /// What cgroup `path` has used (see [`Usage`]). The root (`/`) on v2 has no
+    /// `memory.current`: its memory is left `None` for the caller to take from `/proc/meminfo`.
+    pub fn usage(&self, path: &str) -> Usage {
+        let text = |p: PathBuf| std::fs::read_to_string(p).ok();
+        let num = |p: PathBuf| text(p).and_then(|t| t.trim().parse::<u64>().ok());
+        if self.v2 {
+            let d = self.dir("", path);
+            let cpu_ns = text(d.join("cpu.stat")).as_deref().and_then(parse_cpu_stat_usage);
+            let memory = num(d.join("memory.current")).map(|usage| {
+                let stat = text(d.join("memory.stat")).unwrap_or_default();
+                let (inactive_file, rss, page_faults, major_page_faults) = parse_memory_stat(&stat, true);
+                let swap = num(d.join("memory.swap.current"));
+                MemoryUsage { usage, inactive_file, rss, page_faults, major_page_faults, swap }
+            });
+            return Usage { cpu_ns, memory };
+        }
+        let cpu_ns = num(self.dir("cpuacct", path).join("cpuacct.usage"));
+        let d = self.dir("memory", path);
+        let memory = num(d.join("memory.usage_in_bytes")).map(|usage| {
+            let stat = text(d.join("memory.stat")).unwrap_or_default();
+            let (inactive_file, rss, page_faults, major_page_faults) = parse_memory_stat(&stat, false);
+            MemoryUsage { usage, inactive_file, rss, page_faults, major_page_faults, swap: None }
+        });
+        Usage { cpu_ns, memory }
+    }
+}
+
 /// cgroup v2's `cpu.weight` for v1 shares, as the kubelet writes its own cgroups' weight
 /// (`getCPUWeight` in `cgroup_manager_linux.go`, the KEP-2254 mapping of [2, 262144] onto
 /// [1, 10000]). runc ≥ 1.3.2 maps a *container's* shares with another, quadratic formula
@@ -271,6 +351,28 @@ mod tests {
             let s = shares_of_weight(weight);
             assert_eq!(cpu_weight(s), weight, "weight {weight}");
             assert!(s == MIN_SHARES || cpu_weight(s - 1) < weight, "weight {weight}: {s} is not the least");
+        }
+    }
+
+    /// `memory.stat` and `cpu.stat` as each version spells them.
+    #[test]
+    fn usage_files_parse() {
+        let v1 = "cache 10\nrss 5\ninactive_file 7\ntotal_rss 50\ntotal_inactive_file 70\ntotal_pgfault 3\ntotal_pgmajfault 1\n";
+        let v2 = "anon 40\nfile 100\ninactive_file 60\npgfault 9\npgmajfault 2\n";
+        for (text, is_v2, want) in [
+            (v1, false, (70, 50, 3, 1)),
+            (v2, true, (60, 40, 9, 2)),
+            ("", true, (0, 0, 0, 0)),
+            ("bad", false, (0, 0, 0, 0)),
+        ] {
+            assert_eq!(parse_memory_stat(text, is_v2), want, "{text:?}");
+        }
+        for (text, want) in [
+            ("usage_usec 1500\nuser_usec 1000\n", Some(1_500_000)),
+            ("user_usec 1\n", None),
+            ("usage_usec x\n", None),
+        ] {
+            assert_eq!(parse_cpu_stat_usage(text), want, "{text:?}");
         }
     }
 

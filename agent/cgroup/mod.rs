@@ -251,6 +251,30 @@ impl Cgroups {
         blocking(move || files.memory_usage(&path)).await
     }
 
+    /// What cgroup `path` has used (CPU time and memory; `files::Usage`), read on the
+    /// blocking pool. `path` from [`Self::pod_path`], [`Self::container_path`],
+    /// [`Self::kubepods_path`] or `/` (the node).
+    pub async fn usage(&self, path: String) -> files::Usage {
+        let files = self.files.clone();
+        blocking(move || Ok(files.usage(&path))).await.unwrap_or_default()
+    }
+
+    /// [`Self::usage`] of several cgroups in one trip to the blocking pool.
+    pub async fn usages(&self, paths: Vec<String>) -> Vec<files::Usage> {
+        let files = self.files.clone();
+        blocking(move || Ok(paths.iter().map(|p| files.usage(p)).collect())).await.unwrap_or_default()
+    }
+
+    /// The path of the pods' parent, `kubepods` (the kubelet's "pods" system container).
+    pub fn kubepods_path(&self) -> String {
+        self.driver.path(&Qos::Guaranteed.parent())
+    }
+
+    /// Whether the host's cgroups are v2 (unified).
+    pub fn is_v2(&self) -> bool {
+        self.files.is_v2()
+    }
+
     /// Every pod cgroup on the host under this driver (the orphan sweep's candidates).
     pub async fn scan_pods(&self) -> Vec<pods::Found> {
         let (files, driver) = (self.files.clone(), self.driver);

@@ -24,6 +24,7 @@ use crate::model::{ObservedContainer, ObservedPod, ObservedSandbox, keys};
 mod images;
 mod lifecycle;
 mod observe;
+mod stats;
 
 /// Deadline for quick calls (list, status, create, start, remove).
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);

@@ -3,7 +3,9 @@
 //! TLS with the serving certificate, client certificates verified against `--client-ca-file`,
 //! authentication by certificate or bearer token (`TokenReview`), authorization on
 //! `nodes/<subresource>` by `SubjectAccessReview` as the kubelet maps paths, then `/healthz` and
-//! `/containerLogs/{namespace}/{pod}/{container}`, `/exec`, `/attach`, `/portForward`. HTTP/1.1
+//! `/containerLogs/{namespace}/{pod}/{container}`, `/exec`, `/attach`, `/portForward`, and the
+//! node's resource statistics and pods (`/stats/summary`, `/metrics/resource`, `/pods`,
+//! `/configz`, from `stats` and the registry). HTTP/1.1
 //! and HTTP/2 (ALPN) on hyper.
 //!
 //! It owns the listener and its connections. Pods and their statuses come from the agent's
@@ -41,6 +43,7 @@ pub use self::tls::{BindError, ClientCaError, load_pair};
 use crate::cluster::cert_slot::CertSlot;
 use crate::cri::CriClient;
 use crate::registry::Registry;
+use crate::stats::Collector;
 
 /// A client that has not finished its TLS handshake, or sent its request headers, by then is
 /// dropped.
@@ -58,6 +61,8 @@ pub struct Config {
     pub client_ca_file: Option<PathBuf>,
     /// The Node's name: the object that access is reviewed on (`nodes/<name>/<subresource>`).
     pub node_name: String,
+    /// What `/configz` answers: `{"kubeletconfig": {...}}`.
+    pub configz: serde_json::Value,
 }
 
 /// The bound kubelet API, ready to serve.
@@ -75,6 +80,7 @@ pub async fn bind(
     client: kube::Client,
     registry: Registry,
     cri: CriClient,
+    stats: Collector,
 ) -> anyhow::Result<Server> {
     let tls = tls::server_config(cfg.serving, cfg.client_ca_file.as_deref())?;
     let listener = TcpListener::bind(cfg.bind)
@@ -85,6 +91,8 @@ pub async fn bind(
         registry,
         node_name: cfg.node_name,
         cri,
+        stats,
+        configz: cfg.configz,
     };
     Ok(Server { listener, acceptor: TlsAcceptor::from(Arc::new(tls)), api: Arc::new(api) })
 }

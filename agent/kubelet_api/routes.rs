@@ -1,6 +1,7 @@
 //! One request to the kubelet API: authenticate, authorize (the kubelet's auth filter runs for
-//! every request, before routing), then `/healthz[/check]`, `containerLogs`, or the streaming
-//! endpoints (`exec`, `attach`, `portForward`). Everything else is 404. Response bodies and status codes follow the kubelet's (go-restful) handlers.
+//! every request, before routing), then `/healthz[/check]`, `/stats/summary`,
+//! `/metrics/resource`, `/pods`, `/configz`, `containerLogs`, or the streaming endpoints
+//! (`exec`, `attach`, `portForward`). Everything else is 404. Response bodies and status codes follow the kubelet's (go-restful) handlers.
 
 use std::io;
 
@@ -19,6 +20,7 @@ use super::streaming;
 use crate::cri::CriClient;
 use crate::model::PodKey;
 use crate::registry::Registry;
+use crate::stats::{Collector, Scope, resource_metrics};
 
 /// The body of every response: whole, or streamed from a log.
 pub(crate) type Body = BoxBody<Bytes, io::Error>;
@@ -30,6 +32,10 @@ pub(crate) struct KubeletApi<R> {
     pub node_name: String,
     /// Asked for exec, attach and port-forward sessions.
     pub cri: CriClient,
+    /// `/stats/summary` and `/metrics/resource`.
+    pub stats: Collector,
+    /// `/configz`'s document: the agent's settings as a `KubeletConfiguration`.
+    pub configz: serde_json::Value,
 }
 
 impl<R: Reviewer> KubeletApi<R> {
@@ -63,6 +69,9 @@ impl<R: Reviewer> KubeletApi<R> {
         }
         if path == "/healthz" || path.starts_with("/healthz/") {
             return self.healthz(path, parts.uri.query());
+        }
+        if let Some(response) = self.info(&parts.method, path).await {
+            return response;
         }
         if let Some(rest) = path.strip_prefix("/containerLogs/") {
             if parts.method != Method::GET {
@@ -142,6 +151,54 @@ impl<R: Reviewer> KubeletApi<R> {
         }
     }
 
+    /// `/stats/summary`, `/metrics/resource`, `/pods` and `/configz`; `None` for other paths.
+    /// GET only (the summary's POST with a filter, deprecated upstream, is not served).
+    async fn info(&self, method: &Method, path: &str) -> Option<Response<Body>> {
+        let path = path.strip_suffix('/').unwrap_or(path);
+        if !matches!(path, "/stats/summary" | "/metrics/resource" | "/pods" | "/configz") {
+            return None;
+        }
+        if method != Method::GET {
+            return Some(text(StatusCode::METHOD_NOT_ALLOWED, "405: Method Not Allowed"));
+        }
+        Some(match path {
+            "/stats/summary" => match self.stats.summary(Scope::Full).await {
+                Ok(summary) => json(&summary),
+                Err(e) => {
+                    warn!(error = %e, "collecting the stats summary failed");
+                    text(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        format!("Internal Error: failed to get node info: {e}"),
+                    )
+                }
+            },
+            "/metrics/resource" => {
+                let summary = self.stats.summary(Scope::CpuAndMemory).await;
+                if let Err(e) = &summary {
+                    warn!(error = %e, "collecting the resource metrics failed");
+                }
+                let mut r = text(StatusCode::OK, resource_metrics::render(summary.as_ref().ok()));
+                r.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+                );
+                r
+            }
+            "/pods" => json(&self.pod_list()),
+            _ => json(&self.configz),
+        })
+    }
+
+    /// The node's pods as the kubelet's `/pods` lists them: a `v1` `PodList` of the pods it
+    /// runs (API and static), each with its status.
+    fn pod_list(&self) -> serde_json::Value {
+        let mut pods: Vec<_> = self.registry.pods().into_iter().map(|r| r.pod).collect();
+        pods.sort_by(|a, b| {
+            (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name))
+        });
+        serde_json::json!({ "kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": pods })
+    }
+
     /// `GET /containerLogs/{namespace}/{pod}/{container}` (`rest` is what follows the prefix).
     async fn container_logs(
         &self,
@@ -199,6 +256,16 @@ pub(crate) fn describe(what: &str, user: &User, attrs: &Attributes) -> String {
 
 fn not_found() -> Response<Body> {
     text(StatusCode::NOT_FOUND, "404 page not found\n")
+}
+
+fn json(value: &impl serde::Serialize) -> Response<Body> {
+    let body = match serde_json::to_vec(value) {
+        Ok(b) => b,
+        Err(e) => return text(StatusCode::INTERNAL_SERVER_ERROR, format!("encoding the answer failed: {e}")),
+    };
+    let mut r = text(StatusCode::OK, body);
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r
 }
 
 fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Body> {

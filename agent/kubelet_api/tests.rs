@@ -486,6 +486,8 @@ impl TestServer {
             registry: registry.clone(),
             node_name: "node1".to_string(),
             cri: no_runtime(),
+            stats: no_stats(&registry),
+            configz: serde_json::json!({ "kubeletconfig": { "port": 10250 } }),
         };
         let cancel = CancellationToken::new();
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
@@ -798,6 +800,8 @@ async fn healthz_names_a_failed_check() {
         registry: Registry::default(),
         node_name: "node1".into(),
         cri: no_runtime(),
+        stats: no_stats(&Registry::default()),
+        configz: serde_json::json!({ "kubeletconfig": {} }),
     };
     let get = |path: &str| {
         Request::get(path).header(header::AUTHORIZATION, "Bearer t-bob").body(()).expect("request")
@@ -816,6 +820,65 @@ async fn healthz_names_a_failed_check() {
     assert_eq!(resp.status(), StatusCode::OK, "ping does not depend on the sync loop");
 }
 
+/// `/pods`, `/configz` and `/metrics/resource` answer (the latter with the scrape error when
+/// the runtime cannot be asked); `/stats/summary` needs `nodes/stats`; POST is refused.
+#[tokio::test]
+async fn node_info_endpoints() {
+    let mut reviewer = fake();
+    reviewer.allowed.push(("bob".into(), "metrics".into()));
+    let registry = Registry::default();
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "web", "namespace": "default", "uid": "u1"},
+        "status": {"phase": "Running"}
+    }))
+    .expect("pod");
+    registry.put_pod(
+        crate::model::PodKey::new("default", "web"),
+        crate::registry::PodRecord { pod, manifest_file: "web.yaml".into(), warnings: vec![] },
+    );
+    let api = KubeletApi {
+        auth: Authenticator::new(reviewer),
+        registry: registry.clone(),
+        node_name: "node1".into(),
+        cri: no_runtime(),
+        stats: no_stats(&registry),
+        configz: serde_json::json!({ "kubeletconfig": { "port": 10250 } }),
+    };
+    let call = |method: Method, path: &str| {
+        Request::builder()
+            .method(method)
+            .uri(path)
+            .header(header::AUTHORIZATION, "Bearer t-bob")
+            .body(())
+            .expect("request")
+    };
+    let body = |resp: http::Response<super::routes::Body>| async move {
+        let status = resp.status();
+        let b = resp.into_body().collect().await.expect("body").to_bytes();
+        (status, String::from_utf8_lossy(&b).to_string())
+    };
+    let (status, pods) =
+        body(api.handle(call(Method::GET, "/pods"), None, CancellationToken::new()).await).await;
+    assert_eq!(status, StatusCode::OK);
+    let pods: serde_json::Value = serde_json::from_str(&pods).expect("json");
+    assert_eq!(pods["kind"], "PodList");
+    assert_eq!(pods["items"][0]["metadata"]["name"], "web");
+    assert_eq!(pods["items"][0]["status"]["phase"], "Running");
+    let (status, configz) =
+        body(api.handle(call(Method::GET, "/configz"), None, CancellationToken::new()).await).await;
+    assert_eq!((status, configz.as_str()), (StatusCode::OK, r#"{"kubeletconfig":{"port":10250}}"#));
+    let (status, metrics) =
+        body(api.handle(call(Method::GET, "/metrics/resource"), None, CancellationToken::new()).await).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(metrics.ends_with("resource_scrape_error 1\n"), "{metrics}");
+    let (status, _) =
+        body(api.handle(call(Method::GET, "/stats/summary"), None, CancellationToken::new()).await).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "bob has no nodes/stats");
+    let (status, _) =
+        body(api.handle(call(Method::POST, "/pods"), None, CancellationToken::new()).await).await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+}
+
 /// `main` spawns the real server: its future (with the API server's reviewer) must be `Send`.
 #[allow(dead_code)]
 fn serving_is_send(server: super::Server, cancel: CancellationToken) {
@@ -825,6 +888,17 @@ fn serving_is_send(server: super::Server, cancel: CancellationToken) {
 
 /// A CRI client whose endpoint does not exist (it connects lazily, so only a streaming request
 /// would find out).
+fn no_stats(registry: &Registry) -> crate::stats::Collector {
+    crate::stats::Collector::new(
+        no_runtime(),
+        Arc::new(crate::cgroup::Cgroups::new(crate::cgroup::CgroupDriver::Cgroupfs)),
+        registry.clone(),
+        "node1".into(),
+        "/nonexistent/root".into(),
+        "/nonexistent/logs".into(),
+    )
+}
+
 fn no_runtime() -> crate::cri::CriClient {
     crate::cri::CriClient::new("unix:///nonexistent/cri.sock", "unix:///nonexistent/cri.sock")
         .expect("lazy client")
