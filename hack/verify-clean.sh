@@ -27,8 +27,8 @@ for d in /proc/[0-9]*; do
 done
 
 # hack/cluster.sh's control plane: no pid file left (cluster.sh down removes them), no process
+# behind one, nothing listening on its ports (etcd, kube-apiserver, -controller-manager,
 # -scheduler, metrics-server).
-# -scheduler).
 for pidfile in "$CLUSTER_RUN"/*.pid; do
     [ -e "$pidfile" ] || continue
     pid="$(tr -dc '0-9' <"$pidfile")"
