@@ -13,8 +13,14 @@
 #        hack/cluster.sh kubeadm         make the cluster joinable by `kubeadm join` as kubeadm
 #                                        init makes it (its own phases, see cmd_kubeadm) and
 #                                        print the join's endpoint, token and CA hash
-#        hack/cluster.sh build [kubelet] build the binaries and fetch etcd/kubectl only; with
+#        hack/cluster.sh build [kubelet] build the binaries (metrics-server's too) and fetch
+#                                        etcd/kubectl only; with
 #                                        `kubelet` also the upstream kubelet (for benchmarks)
+#        hack/cluster.sh metrics-server [stop]
+#                                        build and start metrics-server (on demand: it costs CPU)
+#                                        and register the metrics.k8s.io APIService; wait until
+#                                        it is Available (`kubectl top`, HPAs); `stop` removes
+#                                        the APIService and stops it
 #        hack/cluster.sh status          what runs and answers (exit 1 unless all of it)
 #   -v / CRILET_VERBOSE=1: show the build's output as it comes.
 #   CRILET_CLUSTER_PROFILING=1: the API server serves /debug/pprof (to profile what a node's
@@ -34,12 +40,16 @@
 #      K8S_WRAPPER_DIR: one `replace k8s.io/X => k8s.io/X v0.36.3` per staging module), CGO off,
 #      into /var/lib/crilet-dev/k8s/v1.36.3/bin, Go's caches in /var/lib/crilet-dev/k8s/go
 #      (log: $LOG_DIR/cluster-build.log). A binary that reports the right version is not rebuilt.
+#      metrics-server v0.8.0 likewise (lib.sh build_metrics_server, into
+#      /var/lib/crilet-dev/k8s/metrics-server-v0.8.0/bin; started only by `metrics-server`).
 #   2. etcd 3.5.30 (etcd-server) and kubectl 1.36.4+ds-1 from Debian sid: `apt-get download`
 #      through hack/lib.sh's private sid apt state (sid_unpack), `dpkg-deb -x` into
 #      /var/lib/crilet-dev/k8s/sid (never installed on the system).
 #   3. a PKI under /var/lib/crilet-dev/cluster/pki (openssl; ECDSA P-256 CA, PKCS#8 keys):
 #      apiserver serving cert, admin client (CN=admin, O=system:masters), apiserver->kubelet
-#      client (CN=kube-apiserver-kubelet-client, O=system:masters), RSA service-account keys;
+#      client (CN=kube-apiserver-kubelet-client, O=system:masters), RSA service-account keys,
+#      the front proxy's own CA and the API server's proxy client (CN=front-proxy-client), and
+#      metrics-server's serving cert;
 #      admin.kubeconfig next to it (everything embedded as base64 data).
 #   4. etcd (client 127.0.0.1:2479, peer :2480, --unsafe-no-fsync), kube-apiserver (:16443),
 #      kube-controller-manager (:16257), kube-scheduler (:16259), each a detached process with
@@ -70,6 +80,12 @@ CA_CRT="$PKI/ca.crt"
 CA_KEY="$PKI/ca.key"
 SA_KEY="$PKI/sa.key"
 SA_PUB="$PKI/sa.pub"
+# The front proxy (API aggregation): a CA of its own, as kubeadm makes it, so that no client
+# certificate of the cluster CA can pose as the aggregator; the API server's client certificate
+# for proxying to aggregated API servers (metrics-server) is signed by it.
+FRONT_PROXY_CA_CRT="$PKI/front-proxy-ca.crt"
+FRONT_PROXY_CA_KEY="$PKI/front-proxy-ca.key"
+FRONT_PROXY_CLIENT=front-proxy-client
 SERVICE_CIDR=10.0.0.0/24
 CLUSTER_NAME=crilet-dev
 CLUSTER_SIGNING_DURATION="${CRILET_CLUSTER_SIGNING_DURATION:-3m}"
@@ -78,8 +94,16 @@ BOOTSTRAP_GROUP=system:bootstrappers:kubeadm:default-node-token
 KUBECTL_CACHE="$CLUSTER_DIR/kubectl-cache"
 # Seconds each component gets to answer its health endpoint after a start.
 START_DEADLINE=90
+METRICS_SERVER_RESOLUTION=10s
+# Which node address metrics-server dials. InternalIP: crilet nodes run with --node-ip 127.0.0.1.
+# The upstream kubelet refuses a loopback node IP (its InternalIP is this host's primary IP,
+# never to be dialled); run as node `localhost` it is reached by its Hostname instead
+# (hack/top-peer.sh sets Hostname for the kubelet's turn; `metrics-server` restarts it when this
+# changes).
+METRICS_SERVER_ADDRESS_TYPES="${CRILET_METRICS_SERVER_ADDRESS_TYPES:-InternalIP}"
+METRICS_APISERVICE=v1beta1.metrics.k8s.io
 
-usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//' >&2; exit "${1:-2}"; }
+usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//' >&2; exit "${1:-2}"; }
 
 # ------------------------------------------------------------------------------------------
 # etcd and kubectl from Debian sid
@@ -163,26 +187,29 @@ openssl_config() {
     fi
 }
 
+# ensure_ca [CRT KEY CN] — the cluster CA (default), or another CA (the front proxy's). Only a
+# new cluster CA sets PKI_CHANGED (everything trusts it); the API server reloads the front
+# proxy's CA and client certificate from their files when they change.
 ensure_ca() {
-    local spec cfg
-    spec="/CN=crilet-dev-ca|$(openssl_config ca "" | sha256sum | cut -d' ' -f1)"
-    if [ -s "$CA_CRT" ] && [ -s "$CA_KEY" ] && [ "$(cat "$CA_CRT.spec" 2>/dev/null)" = "$spec" ] &&
-        openssl x509 -in "$CA_CRT" -noout -checkend 2592000 >/dev/null 2>&1 && key_matches "$CA_CRT" "$CA_KEY"; then
+    local crt="${1:-$CA_CRT}" key="${2:-$CA_KEY}" cn="${3:-crilet-dev-ca}" spec cfg
+    spec="/CN=$cn|$(openssl_config ca "" | sha256sum | cut -d' ' -f1)"
+    if [ -s "$crt" ] && [ -s "$key" ] && [ "$(cat "$crt.spec" 2>/dev/null)" = "$spec" ] &&
+        openssl x509 -in "$crt" -noout -checkend 2592000 >/dev/null 2>&1 && key_matches "$crt" "$key"; then
         return 0
     fi
-    log "creating the cluster CA in $PKI"
+    log "creating the CA $cn in $PKI"
     mkdir -p "$PKI"
     chmod 0700 "$PKI"
-    new_key "$CA_KEY"
+    new_key "$key"
     cfg="$(mktemp)"
     openssl_config ca "" >"$cfg"
-    openssl req -x509 -new -key "$CA_KEY" -subj "/CN=crilet-dev-ca" -days 3650 -sha256 \
-        -set_serial "0x$(openssl rand -hex 16)" -config "$cfg" -extensions ext -out "$CA_CRT.tmp" 2>/dev/null ||
-        { rm -f "$cfg"; die "openssl could not create the CA"; }
+    openssl req -x509 -new -key "$key" -subj "/CN=$cn" -days 3650 -sha256 \
+        -set_serial "0x$(openssl rand -hex 16)" -config "$cfg" -extensions ext -out "$crt.tmp" 2>/dev/null ||
+        { rm -f "$cfg"; die "openssl could not create the CA $cn"; }
     rm -f "$cfg"
-    mv -f "$CA_CRT.tmp" "$CA_CRT"
-    echo "$spec" >"$CA_CRT.spec"
-    PKI_CHANGED=1
+    mv -f "$crt.tmp" "$crt"
+    echo "$spec" >"$crt.spec"
+    [ "$crt" != "$CA_CRT" ] || PKI_CHANGED=1
 }
 
 # issue_cert BASE SUBJECT USAGE [SANS] — BASE.crt/BASE.key signed by the CA; USAGE is
@@ -268,8 +295,23 @@ ensure_pki() {
         "IP:127.0.0.1, IP:10.0.0.1, IP:$GUEST_HOST_LOOPBACK, DNS:localhost, DNS:kubernetes, DNS:kubernetes.default, DNS:kubernetes.default.svc"
     issue_cert "$PKI/admin" "/O=system:masters/CN=admin" clientAuth
     issue_cert "$PKI/apiserver-kubelet-client" "/O=system:masters/CN=kube-apiserver-kubelet-client" clientAuth
+    ensure_front_proxy_pki
+    # metrics-server's serving certificate: the aggregator dials https://localhost:PORT (an
+    # ExternalName Service, see cmd_metrics_server) and verifies it as the Service's DNS name
+    # against the APIService's caBundle (the cluster CA).
+    issue_cert "$PKI/metrics-server" "/CN=metrics-server" serverAuth \
+        "DNS:metrics-server.kube-system.svc, DNS:localhost, IP:127.0.0.1"
     write_kubeconfig "$CLUSTER_ADMIN_KUBECONFIG" admin "$PKI/admin.crt" "$PKI/admin.key"
     ensure_audit_policy
+}
+
+# ensure_front_proxy_pki — the front proxy's CA and the API server's proxy client certificate
+# (CN=$FRONT_PROXY_CLIENT, the one name --requestheader-allowed-names lets through).
+ensure_front_proxy_pki() {
+    ensure_ca "$FRONT_PROXY_CA_CRT" "$FRONT_PROXY_CA_KEY" crilet-dev-front-proxy-ca
+    # issue_cert signs with CA_CRT/CA_KEY: here the front proxy's (dynamic scope).
+    local CA_CRT="$FRONT_PROXY_CA_CRT" CA_KEY="$FRONT_PROXY_CA_KEY"
+    issue_cert "$PKI/front-proxy-client" "/CN=$FRONT_PROXY_CLIENT" clientAuth
 }
 
 # The API server audits what node identities (group system:nodes) ask, at Metadata level and
@@ -294,6 +336,7 @@ EOF
 component_bin() {
     case "$1" in
         etcd) echo "$ETCD_BIN" ;;
+        metrics-server) echo "$METRICS_SERVER_BIN" ;;
         *) echo "$K8S_BIN_DIR/$1" ;;
     esac
 }
@@ -305,6 +348,7 @@ component_ports() {
         kube-apiserver) echo "$CLUSTER_APISERVER_PORT" ;;
         kube-controller-manager) echo "$CLUSTER_KCM_PORT" ;;
         kube-scheduler) echo "$CLUSTER_SCHEDULER_PORT" ;;
+        metrics-server) echo "$CLUSTER_METRICS_SERVER_PORT" ;;
     esac
 }
 
@@ -313,10 +357,13 @@ component_ports() {
 # fails every 10 s (Endpoints "kubernetes": "may not be in the loopback range"); with
 # --endpoint-reconciler-type none the `kubernetes` Service simply has no endpoints (nothing
 # could route to its ClusterIP anyway: there is no kube-proxy), and nothing ever advertises
-# this host's primary IP. kube-controller-manager and kube-scheduler get no
-# --authentication/--authorization-kubeconfig: with them they fail every few seconds on the
-# missing requestheader CA (there is no front proxy); without, their /healthz (always allowed)
-# is all that is served.
+# this host's primary IP. The front proxy (--requestheader-*, --proxy-client-*) is what API
+# aggregation needs (metrics.k8s.io from metrics-server): the API server publishes its CA and
+# header names in kube-system/extension-apiserver-authentication, where aggregated servers and
+# the controller-manager and scheduler (--authentication/--authorization-kubeconfig) read them
+# to trust requests the API server forwards. --enable-aggregator-routing stays off: the
+# aggregator then dials an APIService's Service by its ClusterIP, or its externalName for an
+# ExternalName Service (localhost for metrics-server, on this machine).
 component_argv() {
     local bin
     bin="$(component_bin "$1")"
@@ -338,6 +385,13 @@ component_argv() {
                 --cert-dir "$CLUSTER_DIR/apiserver-certs"
                 --tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key"
                 --client-ca-file "$CA_CRT"
+                --requestheader-client-ca-file "$FRONT_PROXY_CA_CRT"
+                --requestheader-allowed-names "$FRONT_PROXY_CLIENT"
+                --requestheader-username-headers X-Remote-User
+                --requestheader-group-headers X-Remote-Group
+                --requestheader-extra-headers-prefix X-Remote-Extra-
+                --proxy-client-cert-file "$PKI/front-proxy-client.crt"
+                --proxy-client-key-file "$PKI/front-proxy-client.key"
                 --enable-bootstrap-token-auth
                 --kubelet-client-certificate "$PKI/apiserver-kubelet-client.crt"
                 --kubelet-client-key "$PKI/apiserver-kubelet-client.key"
@@ -362,12 +416,36 @@ component_argv() {
                 --root-ca-file "$CA_CRT"
                 --cluster-signing-cert-file "$CA_CRT" --cluster-signing-key-file "$CA_KEY"
                 --cluster-signing-duration "$CLUSTER_SIGNING_DURATION"
+                --authentication-kubeconfig "$CLUSTER_ADMIN_KUBECONFIG"
+                --authorization-kubeconfig "$CLUSTER_ADMIN_KUBECONFIG"
                 --use-service-account-credentials=false
                 --profiling=false) ;;
         kube-scheduler)
             ARGV=("$bin" --kubeconfig "$CLUSTER_ADMIN_KUBECONFIG"
                 --bind-address 127.0.0.1 --secure-port "$CLUSTER_SCHEDULER_PORT"
+                --authentication-kubeconfig "$CLUSTER_ADMIN_KUBECONFIG"
+                --authorization-kubeconfig "$CLUSTER_ADMIN_KUBECONFIG"
                 --leader-elect=false
+                --profiling=false) ;;
+        metrics-server)
+            # The admin kubeconfig for the API server, for delegated authn/authz (the front
+            # proxy's CA from extension-apiserver-authentication) and for the kubelets (admin is
+            # in system:masters, which every kubelet API authorizes). Kubelets at their
+            # InternalIP (crilet nodes: --node-ip 127.0.0.1) and the port their NodeStatus
+            # gives, verified against the cluster CA, which signs the serving certificates
+            # `cluster.sh node` makes. --kubelet-request-timeout under 90 % of the resolution
+            # (metrics-server refuses the 10 s default with a 10 s resolution).
+            ARGV=("$bin" --kubeconfig "$CLUSTER_ADMIN_KUBECONFIG"
+                --authentication-kubeconfig "$CLUSTER_ADMIN_KUBECONFIG"
+                --authorization-kubeconfig "$CLUSTER_ADMIN_KUBECONFIG"
+                --bind-address 127.0.0.1 --secure-port "$CLUSTER_METRICS_SERVER_PORT"
+                --cert-dir "$CLUSTER_DIR/metrics-server-certs"
+                --tls-cert-file "$PKI/metrics-server.crt" --tls-private-key-file "$PKI/metrics-server.key"
+                --kubelet-preferred-address-types "$METRICS_SERVER_ADDRESS_TYPES"
+                --kubelet-use-node-status-port
+                --kubelet-certificate-authority "$CA_CRT"
+                --kubelet-request-timeout 5s
+                --metric-resolution "$METRICS_SERVER_RESOLUTION"
                 --profiling=false) ;;
         *) die "unknown component $1" ;;
     esac
@@ -386,6 +464,9 @@ component_healthy() {
         # Self-signed serving certificates (made in memory): -k, on 127.0.0.1.
         kube-controller-manager) [ "$(lcurl -k "https://127.0.0.1:$CLUSTER_KCM_PORT/healthz" 2>/dev/null)" = ok ] ;;
         kube-scheduler) [ "$(lcurl -k "https://127.0.0.1:$CLUSTER_SCHEDULER_PORT/healthz" 2>/dev/null)" = ok ] ;;
+        # /livez, not /readyz: it is ready only once it has scraped a node twice.
+        metrics-server)
+            [ "$(lcurl --cacert "$CA_CRT" "https://127.0.0.1:$CLUSTER_METRICS_SERVER_PORT/livez" 2>/dev/null)" = ok ] ;;
     esac
 }
 
@@ -559,6 +640,8 @@ cmd_build() {
     local cmds=("${K8S_DEFAULT_CMDS[@]}")
     [ "${1:-}" = kubelet ] && cmds+=(kubelet)
     build_k8s "${cmds[@]}"
+    # Built with the cluster (cached), started on demand (cmd_metrics_server).
+    build_metrics_server
     ensure_etcd
     ensure_kubectl
 }
@@ -570,7 +653,7 @@ cmd_up() {
     if [ "$PKI_CHANGED" = 1 ]; then
         # Every running component would keep the old CA/keys in memory; data signed or
         # trusted with the old ones is worthless too.
-        for name in kube-scheduler kube-controller-manager kube-apiserver etcd; do stop_component "$name"; done
+        for name in metrics-server kube-scheduler kube-controller-manager kube-apiserver etcd; do stop_component "$name"; done
         rm -rf "$CLUSTER_ETCD_DATA"
         PKI_CHANGED=0
     fi
@@ -582,6 +665,7 @@ cmd_up() {
     wait_for "$START_DEADLINE" "ConfigMap kube-root-ca.crt in namespace default" kc -n default get configmap kube-root-ca.crt ||
         die "no kube-root-ca.crt ConfigMap after ${START_DEADLINE}s; see $(component_log kube-controller-manager)"
     ensure_bootstrap_token
+    drop_stale_apiservice
     write_cluster_env
     local pids=""
     for name in "${CLUSTER_COMPONENTS[@]}"; do pids+="${pids:+, }$name $(component_pid "$name")"; done
@@ -596,8 +680,8 @@ cmd_down() {
         --purge) purge=1 ;;
         *) usage ;;
     esac
-    for name in kube-scheduler kube-controller-manager kube-apiserver etcd; do stop_component "$name"; done
-    rm -rf "$CLUSTER_RUN" "$CLUSTER_ETCD_DATA" "$KUBECTL_CACHE" "$CLUSTER_DIR/apiserver-certs"
+    for name in metrics-server kube-scheduler kube-controller-manager kube-apiserver etcd; do stop_component "$name"; done
+    rm -rf "$CLUSTER_RUN" "$CLUSTER_ETCD_DATA" "$KUBECTL_CACHE" "$CLUSTER_DIR/apiserver-certs" "$CLUSTER_DIR/metrics-server-certs"
     if [ "$purge" = 1 ]; then
         rm -rf "$CLUSTER_DIR"
         log "cluster stopped; its state ($CLUSTER_DIR) removed (binaries and build caches in $K8S_DIR kept)"
@@ -722,6 +806,93 @@ KUBEADM_CA_CERT_HASH=sha256:$hash
 EOF
 }
 
+# ------------------------------------------------------------------------------------------
+# metrics-server (on demand)
+# ------------------------------------------------------------------------------------------
+# Its Service is an ExternalName one (externalName: localhost, no ports): Endpoints may not hold
+# a loopback address, but with --enable-aggregator-routing off the aggregator resolves an
+# ExternalName Service to https://EXTERNALNAME:PORT, PORT the APIService's (apiserver's
+# proxy.ResolveCluster), and verifies the server as metrics-server.kube-system.svc against
+# caBundle.
+metrics_apiservice_yaml() {
+    cat <<EOF
+apiVersion: v1
+kind: Service
+metadata:
+  name: metrics-server
+  namespace: kube-system
+  labels:
+    app.kubernetes.io/managed-by: crilet-dev
+spec:
+  type: ExternalName
+  externalName: localhost
+---
+apiVersion: apiregistration.k8s.io/v1
+kind: APIService
+metadata:
+  name: $METRICS_APISERVICE
+  labels:
+    app.kubernetes.io/managed-by: crilet-dev
+spec:
+  group: metrics.k8s.io
+  version: v1beta1
+  groupPriorityMinimum: 100
+  versionPriority: 100
+  service:
+    name: metrics-server
+    namespace: kube-system
+    port: $CLUSTER_METRICS_SERVER_PORT
+  caBundle: $(base64 -w0 <"$CA_CRT")
+EOF
+}
+
+# drop_metrics_apiservice — an APIService nobody serves breaks discovery for every client and
+# blocks namespace deletion (the namespace controller must list every group): it goes first.
+drop_metrics_apiservice() {
+    kc delete apiservice "$METRICS_APISERVICE" --ignore-not-found --wait=false >/dev/null 2>&1 || true
+    kc -n kube-system delete service metrics-server --ignore-not-found --wait=false >/dev/null 2>&1 || true
+}
+
+# drop_stale_apiservice — our APIService when metrics-server does not run (it died, or the
+# machine rebooted): see drop_metrics_apiservice.
+drop_stale_apiservice() {
+    component_pid metrics-server >/dev/null && return 0
+    kc get apiservice "$METRICS_APISERVICE" >/dev/null 2>&1 || return 0
+    log "metrics-server does not run: removing the APIService $METRICS_APISERVICE it served"
+    drop_metrics_apiservice
+}
+
+cmd_metrics_server() {
+    case "${1:-}" in
+        "") ;;
+        stop)
+            drop_metrics_apiservice
+            stop_component metrics-server
+            rm -rf "$CLUSTER_DIR/metrics-server-certs"
+            return 0 ;;
+        *) usage ;;
+    esac
+    component_healthy kube-apiserver || die "the control plane does not answer: run hack/cluster.sh first"
+    build_metrics_server
+    ensure_pki
+    [ "$PKI_CHANGED" = 0 ] || die "the cluster CA changed: run hack/cluster.sh first"
+    # Its self-signed fallback certificates would go here (it is given ours).
+    mkdir -p "$CLUSTER_DIR/metrics-server-certs"
+    ensure_component metrics-server
+    metrics_apiservice_yaml | kc apply --server-side --force-conflicts --field-manager crilet-dev -f - >/dev/null ||
+        die "could not apply the metrics-server Service and APIService"
+    kc wait --for condition=Available --timeout "${START_DEADLINE}s" apiservice "$METRICS_APISERVICE" >/dev/null ||
+        die "APIService $METRICS_APISERVICE is not Available: $(kc get apiservice "$METRICS_APISERVICE" \
+            -o jsonpath='{.status.conditions[?(@.type=="Available")].message}' 2>&1); see $(component_log metrics-server)"
+    cat <<EOF
+METRICS_SERVER_PID=$(component_pid metrics-server)
+METRICS_SERVER_URL=https://127.0.0.1:$CLUSTER_METRICS_SERVER_PORT
+METRICS_SERVER_VERSION=$METRICS_SERVER_VERSION
+METRICS_SERVER_RESOLUTION=$METRICS_SERVER_RESOLUTION
+METRICS_SERVER_LOG=$(component_log metrics-server)
+EOF
+}
+
 cmd_status() {
     local name pid bad=0 state
     for name in "${CLUSTER_COMPONENTS[@]}"; do
@@ -732,6 +903,13 @@ cmd_status() {
         fi
         printf '%-24s %-40s ports %s\n' "$name" "$state" "$(component_ports "$name")"
     done
+    # On demand: not running is no failure.
+    if pid="$(component_pid metrics-server)"; then
+        if component_healthy metrics-server; then state="running (pid $pid), healthy"; else state="running (pid $pid), NOT answering"; bad=1; fi
+    else
+        state="not running (on demand: hack/cluster.sh metrics-server)"
+    fi
+    printf '%-24s %-40s ports %s\n' metrics-server "$state" "$(component_ports metrics-server)"
     if [ -f "$CLUSTER_ENV_FILE" ]; then echo "env file: $CLUSTER_ENV_FILE"; else echo "env file: none"; fi
     return "$bad"
 }
@@ -753,6 +931,7 @@ main() {
         build)
             [ $# -eq 0 ] || { [ $# -eq 1 ] && [ "$1" = kubelet ]; } || usage
             lock; cmd_build "$@" ;;
+        metrics-server) [ $# -le 1 ] || usage; lock; cmd_metrics_server "$@" ;;
         status) [ $# -eq 0 ] || usage; cmd_status ;;
         *) echo "unknown command: $cmd" >&2; usage ;;
     esac

@@ -9,7 +9,7 @@
 #             agent's pod state and logs (its pods are gone), after unmounting the shared binds
 #             crilet makes of its agents' root dirs (mount propagation). Images, the registry's data and
 #             the containerd root stay, so the next setup.sh is fast.
-#             The control plane of hack/cluster.sh is stopped (`cluster.sh down --purge`: its
+#             The control plane of hack/cluster.sh (metrics-server too) is stopped (`cluster.sh down --purge`: its
 #             processes by pid file, then its PKI, kubeconfigs, node identities, etcd data, pid
 #             files and env file are removed); its binaries and Go build caches
 #             (/var/lib/crilet-dev/k8s) are kept. Before that, hack/e2e.sh's node is cleaned

@@ -28,7 +28,7 @@ done
 
 # hack/cluster.sh's control plane: no pid file left (cluster.sh down removes them), no process
 # behind one, nothing listening on its ports (etcd, kube-apiserver, -controller-manager,
-# -scheduler).
+# -scheduler, metrics-server).
 for pidfile in "$CLUSTER_RUN"/*.pid; do
     [ -e "$pidfile" ] || continue
     pid="$(tr -dc '0-9' <"$pidfile")"

@@ -22,7 +22,9 @@
 //!   CRILET_BENCH_CLUSTER_ONLY     `kubelet` or `crilet`: run that side only (to try it out) [both]
 //!   CRILET_BENCH_MD               where to write the markdown section [stdout only]
 //!   CRILET_BENCH_CLUSTER_CHECK    `security`: instead of the timings, the restricted namespace's
-//!                                 side-by-side check (security.rs; hack/security-peer.sh)
+//!                                 side-by-side check (security.rs; hack/security-peer.sh);
+//!                                 `top`: kubectl top and an HPA with metrics-server on each
+//!                                 node (top.rs; hack/top-peer.sh)
 
 // The kubelet's cgroup root and mounts (shared with the node benchmark's kubelet).
 mod agents;
@@ -38,6 +40,7 @@ mod report;
 mod scenarios;
 mod security;
 mod shared;
+mod top;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -308,6 +311,12 @@ async fn main() {
         finish(&client, &env, &md).await;
         return;
     }
+    if std::env::var("CRILET_BENCH_CLUSTER_CHECK").as_deref() == Ok("top") {
+        let md = top_check(&env, &kinds, &vars).await;
+        let _ = namespaces.delete(top::NS, &DeleteParams::default()).await;
+        finish(&client, &env, &md).await;
+        return;
+    }
     let watch = scenarios::PodWatch::start(client.clone());
 
     let rounds = env_num("CRILET_BENCH_CLUSTER_ROUNDS", 2);
@@ -335,6 +344,28 @@ async fn finish(client: &Client, env: &Env, md: &str) {
     if let Ok(path) = std::env::var("CRILET_BENCH_MD") {
         std::fs::write(&path, md).unwrap_or_else(|e| panic!("{path}: {e}"));
     }
+}
+
+/// The kubectl top / HPA check on each agent in turn (never both at once), as a table.
+async fn top_check(env: &Env, kinds: &[Kind], vars: &HashMap<String, String>) -> String {
+    let k = top::Kubectl {
+        bin: need(vars, "CRILET_KUBECTL"),
+        kubeconfig: need(vars, "CRILET_CLUSTER_KUBECONFIG"),
+    };
+    let client = admin_client(&k.kubeconfig).await;
+    let nodes: Api<Node> = Api::all(client);
+    let (mut kubelet, mut crilet) = (Vec::new(), Vec::new());
+    for &kind in kinds {
+        eprintln!("== top check: {}", kind.label());
+        let mut agent = Agent::start(env, kind);
+        agent.wait_ready(&nodes).await;
+        let rows = top::check(&k, env, kind).await;
+        eprintln!("  {rows:?}");
+        agent.stop().await;
+        remove_runtime_leftovers(&env.cri, top::NS).await;
+        *(if kind == Kind::Kubelet { &mut kubelet } else { &mut crilet }) = rows;
+    }
+    top::markdown(&kubelet, &crilet, vars)
 }
 
 /// The restricted namespace's check on each agent in turn (never both at once), as a table.
