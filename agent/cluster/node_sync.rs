@@ -133,8 +133,17 @@ pub async fn run_status(
             },
         };
         let previous = written.as_ref().and_then(|(s, _)| s.conditions.clone()).unwrap_or_default();
-        let status =
+        let mut status =
             node_object::status(&facts, node_object::conditions(&ready, &previous, jiff::Timestamp::now()));
+        // The node's images, refreshed with each status check (the kubelet's Images setter);
+        // when the list fails the Node reports none, as the kubelet's does.
+        status.images = match cri.images().await {
+            Ok(list) => Some(node_object::images(&list)),
+            Err(e) => {
+                debug!(error = %e, "listing images for the node status failed");
+                Some(Vec::new())
+            }
+        };
         let drifted = live.as_ref().is_none_or(|l| node_object::differs_from_live(l, &status));
         let due = drifted
             || match &written {
