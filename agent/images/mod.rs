@@ -49,7 +49,7 @@ pub async fn run(cri: CriClient, registry: Registry, policy: Policy, cancel: Can
             Ok(()) => failed_before = false,
             Err(e) if failed_before => {
                 error!(error = %e, "image garbage collection failed again");
-                gc.registry.record_node("Warning", IMAGE_GC_FAILED, e);
+                warning(&gc.registry, IMAGE_GC_FAILED, e);
             }
             Err(e) => {
                 warn!(error = %e, "image garbage collection failed once");
@@ -57,6 +57,12 @@ pub async fn run(cri: CriClient, registry: Registry, policy: Policy, cancel: Can
             }
         }
     }
+}
+
+/// A `Warning` event about the node, also logged.
+fn warning(registry: &Registry, reason: &str, message: String) {
+    warn!(reason, "{message}");
+    registry.record_node("Warning", reason, message);
 }
 
 struct Collector {
@@ -129,7 +135,7 @@ impl Collector {
             .map_err(|e| format!("statvfs of the image filesystem {}: {e}", fs.mountpoint))?;
         if capacity == 0 {
             let message = "invalid capacity 0 on image filesystem".to_string();
-            self.registry.record_node("Warning", INVALID_DISK_CAPACITY, message.clone());
+            warning(&self.registry, INVALID_DISK_CAPACITY, message.clone());
             return Err(message);
         }
         let Some(wanted) = self.policy.bytes_to_free(capacity, available) else {
@@ -163,7 +169,7 @@ impl Collector {
             let message = format!(
                 "Failed to garbage collect required amount of images. Attempted to free {wanted} bytes, but only found {freed} bytes eligible to free."
             );
-            self.registry.record_node("Warning", FREE_DISK_SPACE_FAILED, message.clone());
+            warning(&self.registry, FREE_DISK_SPACE_FAILED, message.clone());
             return Err(message);
         }
         Ok(())
