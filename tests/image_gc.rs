@@ -325,3 +325,41 @@ async fn unused_images_go_down_to_the_low_threshold_in_use_and_pinned_stay() {
     a.stop();
     drop(containerd);
 }
+
+/// Cluster mode: the Node lists the runtime's images as the kubelet does, largest first, at
+/// most 50, each named by its digests and tags (image garbage collection stays off: the shared
+/// containerd).
+#[tokio::test]
+async fn node_status_lists_the_runtimes_images_largest_first() {
+    let node = common::cluster::Node::start("image_gc_node", 10280, &[]).await;
+    node.wait_ready().await;
+    let runtime = Env::load().cri().images().await.expect("ListImages");
+    // Named by digest first: the busybox image carries more than five names here (other tests
+    // tag it), so its tag may be past the kubelet's cut.
+    let busybox = format!(
+        "{}/busybox@{}",
+        node.agent.env.get("CRILET_REGISTRY"),
+        node.agent.env.get("CRILET_IMAGE_BUSYBOX_DIGEST")
+    );
+    let listed = wait_for("the Node's images", Duration::from_secs(40), || async {
+        let n = node.cluster.get_json(&["node", &node.name])?;
+        let images = n["status"]["images"].as_array()?.clone();
+        (!images.is_empty()).then_some(images)
+    })
+    .await;
+    assert_eq!(listed.len(), runtime.len().min(50), "one entry per image, 50 at most");
+    let sizes: Vec<i64> = listed.iter().map(|i| i["sizeBytes"].as_i64().unwrap_or(-1)).collect();
+    assert!(sizes.windows(2).all(|w| w[0] >= w[1]), "largest first: {sizes:?}");
+    let largest = runtime.iter().map(|i| i.size as i64).max().unwrap_or(0);
+    assert_eq!(sizes[0], largest, "the runtime's largest image first");
+    let names: Vec<&str> = listed
+        .iter()
+        .flat_map(|i| i["names"].as_array().into_iter().flatten())
+        .filter_map(|n| n.as_str())
+        .collect();
+    assert!(names.contains(&busybox.as_str()), "{busybox} among the names: {names:?}");
+    assert!(
+        listed.iter().all(|i| i["names"].as_array().is_some_and(|n| n.len() <= 5)),
+        "five names at most per image: {listed:?}"
+    );
+}
