@@ -257,6 +257,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_node_event_is_about_the_node_in_default() {
+        let e = NodeEvent {
+            time: jiff::Timestamp::UNIX_EPOCH,
+            kind: "Warning",
+            reason: "FreeDiskSpaceFailed".into(),
+            message: "m".into(),
+        };
+        let a = node_api_event(&e, "n1", "n1.1");
+        assert_eq!(a.metadata.namespace.as_deref(), Some("default"));
+        let o = &a.involved_object;
+        let got = (o.kind.as_deref(), o.name.as_deref(), o.uid.as_deref(), o.namespace.as_deref());
+        assert_eq!(got, (Some("Node"), Some("n1"), Some("n1"), None), "the kubelet's node reference");
+        assert_eq!((a.type_.as_deref(), a.reason.as_deref()), (Some("Warning"), Some("FreeDiskSpaceFailed")));
+    }
+
+    #[test]
     fn the_bucket_allows_a_burst_then_one_per_refill() {
         let t0 = Instant::now();
         let mut b = Bucket { tokens: BURST, at: t0 };
