@@ -183,7 +183,8 @@ fn allowed_unsafe_sysctls_from_either_format_and_checked_at_start() {
 fn image_gc_flags_are_validated_as_the_kubelet_does() {
     let dir = tempfile::tempdir().expect("tempdir");
     // (case, KubeletConfiguration fields, Ok(high, low, min age s, max age s) or the error's flag)
-    let cases: [(&str, &str, Result<(u8, u8, u64, Option<u64>), &str>); 6] = [
+    type Want<'a> = Result<(u8, u8, u64, Option<u64>), &'a str>;
+    let cases: [(&str, &str, Want); 6] = [
         ("the kubelet's defaults", "", Ok((85, 80, 120, None))),
         (
             "taken from the file (0s min age is the default, 2m)",

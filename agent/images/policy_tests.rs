@@ -14,7 +14,8 @@ fn set(ids: &[&str]) -> HashSet<String> {
 fn policy_validation() {
     let m2 = Duration::from_secs(120);
     // (case, high, low, min age, max age, the error's start or None)
-    let cases: [(&str, i64, i64, Duration, Duration, Option<&str>); 7] = [
+    type Case<'a> = (&'a str, i64, i64, Duration, Duration, Option<&'a str>);
+    let cases: [Case; 7] = [
         ("the kubelet's defaults", 85, 80, m2, Duration::ZERO, None),
         ("100 disables, still valid", 100, 80, m2, Duration::ZERO, None),
         ("high over 100", 101, 80, m2, Duration::ZERO, Some("--image-gc-high-threshold 101")),
@@ -102,7 +103,8 @@ fn maximum_age() {
     let ids = |v: &[Candidate]| v.iter().map(|c| c.id.clone()).collect::<Vec<_>>();
     let p = Policy { max_age: Some(60 * S), ..Policy::default() };
     // (case, now, began, removed, kept)
-    let cases: [(&str, Duration, Duration, &[&str], &[&str]); 4] = [
+    type Case<'a> = (&'a str, Duration, Duration, &'a [&'a str], &'a [&'a str]);
+    let cases: [Case; 4] = [
         (
             "agent up for less than the maximum age: nothing",
             59 * S,
