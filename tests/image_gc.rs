@@ -363,3 +363,81 @@ async fn node_status_lists_the_runtimes_images_largest_first() {
         "five names at most per image: {listed:?}"
     );
 }
+
+/// Deletes a test's Node and the events about it, whatever happened.
+struct NodeObject {
+    cluster: common::cluster::Cluster,
+    name: String,
+}
+
+impl Drop for NodeObject {
+    fn drop(&mut self) {
+        let selector = format!("involvedObject.kind=Node,involvedObject.name={}", self.name);
+        let _ = self.cluster.kubectl(&["delete", "events", "-n", "default", "--field-selector", &selector]);
+        let _ = self.cluster.kubectl(&["delete", "node", &self.name, "--wait=false"]);
+    }
+}
+
+/// Cluster mode: FreeDiskSpaceFailed is an Event on the Node, as the kubelet records it (a
+/// node on the test's own containerd, whose low threshold no removal can reach).
+#[tokio::test]
+async fn free_disk_space_failed_is_an_event_on_the_node() {
+    let env = Env::load();
+    let containerd =
+        PrivateContainerd::start(&env, Path::new("/var/lib/crilet-dev/tests/image-gc-event-containerd"))
+            .await;
+    let cri = containerd.cri();
+    let unused = env.get("CRILET_IMAGE_WEB_V1");
+    cri.pull_image(&unused, None).await.expect("pull");
+    let cluster = common::cluster::Cluster::load();
+    let name = "crilet-image-gc-event".to_string();
+    let _ = cluster.kubectl(&["delete", "node", &name, "--wait=true"]);
+    let node = NodeObject { cluster: common::cluster::Cluster::load(), name: name.clone() };
+    let id = cluster.node_identity(&name);
+    let mut a = Agent::start_with_endpoint_args(
+        "image-gc-event",
+        &containerd.endpoint,
+        &[
+            "--kubeconfig",
+            &id["CRILET_NODE_KUBECONFIG"],
+            "--tls-cert-file",
+            &id["CRILET_NODE_TLS_CERT"],
+            "--tls-private-key-file",
+            &id["CRILET_NODE_TLS_KEY"],
+            "--client-ca-file",
+            &id["CRILET_CLUSTER_CA"],
+            "--node-ip",
+            "127.0.0.1",
+            "--port",
+            "10290",
+            "--node-name",
+            &name,
+            "--image-gc-high-threshold",
+            "1",
+            "--image-gc-low-threshold",
+            "0",
+            "--minimum-image-ttl-duration",
+            "0s",
+        ],
+        &[],
+    )
+    .await;
+    let selector = format!("involvedObject.kind=Node,involvedObject.name={name},reason=FreeDiskSpaceFailed");
+    let event = wait_for("a FreeDiskSpaceFailed Event on the Node", Duration::from_secs(60), || async {
+        let list = cluster.get_json(&["events", "-n", "default", "--field-selector", &selector])?;
+        list["items"].as_array()?.first().cloned()
+    })
+    .await;
+    assert_eq!(event["type"], "Warning");
+    assert_eq!(event["source"]["component"], "kubelet");
+    let message = event["message"].as_str().unwrap_or("");
+    assert!(
+        message.starts_with("Failed to garbage collect required amount of images. Attempted to free "),
+        "the kubelet's message: {message}\n{}",
+        a.log()
+    );
+    assert!(!tags(&images(&cri).await).contains(&unused), "the unused image was removed");
+    a.stop();
+    drop(node);
+    drop(containerd);
+}
