@@ -13,6 +13,7 @@ pub mod expand;
 #[cfg(test)]
 pub(crate) mod fixtures;
 pub mod health;
+pub mod images;
 pub mod kubelet_api;
 pub mod ledger;
 pub mod logrotate;

@@ -40,6 +40,21 @@ pub struct Event {
     pub count: u32,
 }
 
+/// An event about the node itself (image garbage collection's), which the kubelet records on
+/// its Node object; logged, kept in a short ring and, in cluster mode, sent as an Event on the
+/// Node.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeEvent {
+    pub time: jiff::Timestamp,
+    /// `Normal` or `Warning`.
+    pub kind: &'static str,
+    pub reason: String,
+    pub message: String,
+}
+
+/// How many node events the agent keeps in memory.
+const NODE_EVENT_CAPACITY: usize = 100;
+
 /// Whether the container runtime answers the agent, as the PLEG's relist finds it. While it is
 /// unavailable, the published pod statuses are the last ones observed.
 #[derive(Debug, Clone, PartialEq)]
@@ -77,6 +92,8 @@ struct Inner {
     pods: RwLock<BTreeMap<PodKey, Stored>>,
     events: Mutex<VecDeque<Event>>,
     event_tx: broadcast::Sender<Event>,
+    node_events: Mutex<VecDeque<NodeEvent>>,
+    node_event_tx: broadcast::Sender<NodeEvent>,
     /// Conditions set from outside (readiness gates), by pod.
     external_conditions: RwLock<BTreeMap<PodKey, Vec<PodCondition>>>,
     /// Pod workers to wake when an outside condition of their pod changes.
@@ -104,11 +121,14 @@ pub struct ApiHealth {
 impl Default for Registry {
     fn default() -> Self {
         let (event_tx, _) = broadcast::channel(256);
+        let (node_event_tx, _) = broadcast::channel(16);
         Self {
             inner: Arc::new(Inner {
                 pods: RwLock::default(),
                 events: Mutex::default(),
                 event_tx,
+                node_events: Mutex::default(),
+                node_event_tx,
                 external_conditions: RwLock::default(),
                 wakers: Mutex::default(),
                 runtime: Mutex::default(),
@@ -265,6 +285,28 @@ impl Registry {
         }
         events.push_back(ev.clone());
         let _ = self.inner.event_tx.send(ev);
+    }
+
+    /// Records an event about the node (not about a pod).
+    pub fn record_node(&self, kind: &'static str, reason: &str, message: String) {
+        let ev = NodeEvent { time: jiff::Timestamp::now(), kind, reason: reason.to_string(), message };
+        if let Ok(mut events) = self.inner.node_events.lock() {
+            if events.len() >= NODE_EVENT_CAPACITY {
+                events.pop_front();
+            }
+            events.push_back(ev.clone());
+        }
+        let _ = self.inner.node_event_tx.send(ev);
+    }
+
+    /// The node's events so far, oldest first.
+    pub fn node_events(&self) -> Vec<NodeEvent> {
+        self.inner.node_events.lock().map(|e| e.iter().cloned().collect()).unwrap_or_default()
+    }
+
+    /// New node events as they are recorded.
+    pub fn subscribe_node(&self) -> broadcast::Receiver<NodeEvent> {
+        self.inner.node_event_tx.subscribe()
     }
 
     /// Events so far, oldest first, optionally for one pod only.

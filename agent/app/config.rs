@@ -159,6 +159,22 @@ pub(crate) struct RunArgs {
     /// kernel.sem, fs.mqueue.*, net.*) can be allowed [default: none]
     #[arg(long, value_delimiter = ',')]
     pub(crate) allowed_unsafe_sysctls: Option<Vec<String>>,
+    /// Image filesystem usage (percent) at or over which unused images are removed; 100 turns
+    /// image garbage collection off (with no --image-maximum-gc-age) [default: 85]
+    #[arg(long)]
+    pub(crate) image_gc_high_threshold: Option<i64>,
+    /// The usage (percent) image garbage collection brings the image filesystem down to; less
+    /// than --image-gc-high-threshold [default: 80]
+    #[arg(long)]
+    pub(crate) image_gc_low_threshold: Option<i64>,
+    /// An image first seen less than this long ago is never removed (the kubelet's
+    /// imageMinimumGCAge) [default: 2m]
+    #[arg(long)]
+    pub(crate) minimum_image_ttl_duration: Option<String>,
+    /// An image unused for longer than this is removed whatever the usage; 0s for never
+    /// [default: 0s]
+    #[arg(long)]
+    pub(crate) image_maximum_gc_age: Option<String>,
     /// A YAML file holding the same settings (flags win), or the kubelet's KubeletConfiguration
     /// (kubelet.config.k8s.io/v1beta1); `crilet preflight` lists what crilet takes from it and
     /// what it ignores
@@ -216,6 +232,11 @@ impl RunArgs {
             self.cluster_domain = self.cluster_domain.or(file.cluster_domain);
             self.resolv_conf = self.resolv_conf.or(file.resolv_conf);
             self.allowed_unsafe_sysctls = self.allowed_unsafe_sysctls.or(file.allowed_unsafe_sysctls);
+            self.image_gc_high_threshold = self.image_gc_high_threshold.or(file.image_gc_high_threshold);
+            self.image_gc_low_threshold = self.image_gc_low_threshold.or(file.image_gc_low_threshold);
+            self.minimum_image_ttl_duration =
+                self.minimum_image_ttl_duration.or(file.minimum_image_ttl_duration);
+            self.image_maximum_gc_age = self.image_maximum_gc_age.or(file.image_maximum_gc_age);
         }
         let runtime = self
             .container_runtime_endpoint
@@ -249,6 +270,12 @@ impl RunArgs {
             crilet::logrotate::plan::parse_go_duration(sync_text).filter(|d| !d.is_zero()).with_context(
                 || format!("--sync-frequency {sync_text:?} is not a positive duration (e.g. 1m, 10s)"),
             )?;
+        let image_gc = image_gc_policy(
+            self.image_gc_high_threshold,
+            self.image_gc_low_threshold,
+            self.minimum_image_ttl_duration.as_deref(),
+            self.image_maximum_gc_age.as_deref(),
+        )?;
         let shutdown = shutdown_periods(
             self.shutdown_grace_period.as_deref(),
             self.shutdown_grace_period_critical_pods.as_deref(),
@@ -305,6 +332,7 @@ impl RunArgs {
             }
         };
         Ok(Settings {
+            image_gc,
             dns,
             sysctls,
             kubelet_config,
@@ -415,6 +443,23 @@ pub(crate) fn shutdown_periods(
     Ok((!grace.is_zero()).then_some((grace, critical)))
 }
 
+/// The image garbage collection flags, validated as the kubelet validates them.
+pub(crate) fn image_gc_policy(
+    high: Option<i64>,
+    low: Option<i64>,
+    min_age: Option<&str>,
+    max_age: Option<&str>,
+) -> anyhow::Result<crilet::images::Policy> {
+    let parse = |flag: &str, text: &str| {
+        crilet::logrotate::plan::parse_go_duration(text)
+            .with_context(|| format!("{flag} {text:?} is not a duration (e.g. 2m, 0s)"))
+    };
+    let min_age = parse("--minimum-image-ttl-duration", min_age.unwrap_or("2m"))?;
+    let max_age = parse("--image-maximum-gc-age", max_age.unwrap_or("0s"))?;
+    crilet::images::Policy::new(high.unwrap_or(85), low.unwrap_or(80), min_age, max_age)
+        .map_err(anyhow::Error::msg)
+}
+
 /// Cluster mode's settings (`--kubeconfig` given).
 pub(crate) struct ClusterSettings {
     pub(crate) config: crilet::cluster::ClusterConfig,
@@ -426,6 +471,9 @@ pub(crate) struct ClusterSettings {
 }
 
 pub(crate) struct Settings {
+    /// Image garbage collection (`--image-gc-*`, `--minimum-image-ttl-duration`,
+    /// `--image-maximum-gc-age`).
+    pub(crate) image_gc: crilet::images::Policy,
     /// The pods' DNS settings (`--cluster-dns`, `--cluster-domain`, `--resolv-conf`).
     pub(crate) dns: crilet::dns::DnsSettings,
     /// The sysctls pods may set: the safe set and `--allowed-unsafe-sysctls`.

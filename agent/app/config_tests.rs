@@ -206,3 +206,38 @@ fn configz_names_the_settings_as_the_kubelet() {
         assert_eq!(go_duration(Duration::from_millis(d)), want);
     }
 }
+
+#[test]
+fn image_gc_flags_are_validated_as_the_kubelet_does() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // (case, KubeletConfiguration fields, Ok(high, low, min age s, max age s) or the error's flag)
+    type Want<'a> = Result<(u8, u8, u64, Option<u64>), &'a str>;
+    let cases: [(&str, &str, Want); 6] = [
+        ("the kubelet's defaults", "", Ok((85, 80, 120, None))),
+        (
+            "taken from the file (0s min age is the default, 2m)",
+            "imageGCHighThresholdPercent: 90\nimageGCLowThresholdPercent: 70\nimageMinimumGCAge: 0s\nimageMaximumGCAge: 1h\n",
+            Ok((90, 70, 120, Some(3600))),
+        ),
+        ("high over 100", "imageGCHighThresholdPercent: 101\n", Err("--image-gc-high-threshold")),
+        ("low not under high", "imageGCHighThresholdPercent: 80\n", Err("--image-gc-low-threshold")),
+        ("a duration that is not one", "imageMinimumGCAge: soon\n", Err("imageMinimumGCAge")),
+        ("max age not over min age", "imageMaximumGCAge: 1m\n", Err("--image-maximum-gc-age")),
+    ];
+    for (name, fields, want) in cases {
+        let got = args_with(&dir, &format!("{KUBELET}{fields}")).resolve();
+        match (got, want) {
+            (Ok(s), Ok((high, low, min, max))) => {
+                let p = s.image_gc;
+                assert_eq!(
+                    (p.high_percent, p.low_percent, p.min_age.as_secs(), p.max_age.map(|d| d.as_secs())),
+                    (high, low, min, max),
+                    "{name}"
+                );
+            }
+            (Err(e), Err(flag)) => assert!(format!("{e:#}").contains(flag), "{name}: {e:#}"),
+            (Ok(_), Err(flag)) => panic!("{name}: resolved, want an error naming {flag}"),
+            (Err(e), Ok(_)) => panic!("{name}: {e:#}"),
+        }
+    }
+}

@@ -421,6 +421,12 @@ pub(crate) async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
     if service.reports() {
         tasks.spawn("systemd notifier", service.report(view, cancel.clone()));
     }
+    // Image garbage collection starts once the first syncs are done, so the images the node's
+    // pods run from are in use when it first looks (the kubelet starts it before its pods).
+    tasks.spawn(
+        "image garbage collection",
+        crilet::images::run(cri.clone(), registry.clone(), s.image_gc, cancel.clone()),
+    );
     info!("first sync done; agent ready");
     sup.run(manifests).await;
     tasks.ended(RELIST).await;

@@ -288,7 +288,6 @@ enum Rule {
 
 const NOT_IMPLEMENTED: &str = "not implemented by crilet";
 const EVICTION: &str = "eviction is not implemented: crilet evicts no pod under memory or disk pressure";
-const IMAGE_GC: &str = "image garbage collection is not implemented: crilet removes no image";
 const NO_HANDLER: &str = "crilet's kubelet API does not serve this endpoint";
 const NUMA: &str = "crilet has no CPU, memory or topology manager: containers share every CPU and NUMA node";
 const RESERVED: &str =
@@ -445,10 +444,10 @@ fn rule(field: &str, value: &Value) -> Rule {
         | "evictionMinimumReclaim"
         | "mergeDefaultEvictionSettings"
         | "kernelMemcgNotification" => Rule::Ignore(Behaviour, EVICTION),
-        "imageMinimumGCAge"
-        | "imageMaximumGCAge"
-        | "imageGCHighThresholdPercent"
-        | "imageGCLowThresholdPercent" => Rule::Ignore(Behaviour, IMAGE_GC),
+        "imageMinimumGCAge" => Rule::Take("minimum-image-ttl-duration"),
+        "imageMaximumGCAge" => Rule::Take("image-maximum-gc-age"),
+        "imageGCHighThresholdPercent" => Rule::Take("image-gc-high-threshold"),
+        "imageGCLowThresholdPercent" => Rule::Take("image-gc-low-threshold"),
         "logging.format" => {
             Rule::Same(&["text"], Behaviour, "crilet logs text to stderr, filtered by RUST_LOG")
         }

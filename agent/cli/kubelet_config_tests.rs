@@ -99,10 +99,9 @@ fn translate_cases() {
              imageGCHighThresholdPercent: 90\nfailSwapOn: true\ncgroupsPerQOS: false\n\
              enforceNodeAllocatable: [pods, kube-reserved]\nstaticPodURL: http://example.com/pods\n\
              featureGates:\n  NodeSwap: true\nnodeStatusUpdateFrequency: 4s\n",
-            vec![],
+            vec!["image-gc-high-threshold: 90"],
             vec![
                 ig("evictionHard", "{memory.available: 200Mi, nodefs.available: 10%}", Behaviour),
-                ig("imageGCHighThresholdPercent", "90", Behaviour),
                 ig("failSwapOn", "true", Behaviour),
                 ig("cgroupsPerQOS", "false", Behaviour),
                 ig("enforceNodeAllocatable", "[pods, kube-reserved]", Behaviour),
@@ -130,10 +129,10 @@ fn translate_cases() {
             vec![],
         ),
         (
-            "a zero that is a setting of its own is reported (imageGC 0: always collect)",
+            "a zero that is a setting of its own is taken (imageGC 0: always collect)",
             "imageGCHighThresholdPercent: 0\n",
+            vec!["image-gc-high-threshold: 0"],
             vec![],
-            vec![ig("imageGCHighThresholdPercent", "0", Behaviour)],
         ),
         (
             "security the file relaxes: crilet is stricter",

@@ -18,7 +18,7 @@ use tracing::debug;
 use super::ClusterLink;
 use super::pods::ApiPods;
 use crate::model::PodKey;
-use crate::registry::{Event, Registry};
+use crate::registry::{Event, NodeEvent, Registry};
 
 const BURST: f64 = 25.0;
 const REFILL: Duration = Duration::from_secs(300);
@@ -127,6 +127,7 @@ pub async fn run(
     cancel: CancellationToken,
 ) {
     let mut rx = registry.subscribe();
+    let mut node_rx = registry.subscribe_node();
     let mut held = Held::default();
     let mut sender = Sender { link, buckets: HashMap::new(), created: BTreeMap::new() };
     loop {
@@ -136,6 +137,17 @@ pub async fn run(
                 Ok(e) => held.hold(e, Instant::now()),
                 Err(broadcast::error::RecvError::Lagged(n)) => {
                     debug!(dropped = n, "events came faster than they could be sent; some were dropped");
+                    continue;
+                }
+                Err(broadcast::error::RecvError::Closed) => return,
+            },
+            r = node_rx.recv() => match r {
+                Ok(e) => {
+                    sender.send_node(&e).await;
+                    continue;
+                }
+                Err(broadcast::error::RecvError::Lagged(n)) => {
+                    debug!(dropped = n, "node events came faster than they could be sent; some were dropped");
                     continue;
                 }
                 Err(broadcast::error::RecvError::Closed) => return,
@@ -169,7 +181,45 @@ struct Sender {
     created: BTreeMap<(String, Option<String>, String, String), String>,
 }
 
+/// The API Event for an event about the node: on the Node, in namespace `default`, with the
+/// node's name as its UID (the kubelet's node reference).
+pub fn node_api_event(e: &NodeEvent, node: &str, name: &str) -> ApiEvent {
+    ApiEvent {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            namespace: Some("default".into()),
+            ..Default::default()
+        },
+        involved_object: ObjectReference {
+            kind: Some("Node".into()),
+            name: Some(node.to_string()),
+            uid: Some(node.to_string()),
+            ..Default::default()
+        },
+        reason: Some(e.reason.clone()),
+        message: Some(e.message.clone()),
+        type_: Some(e.kind.to_string()),
+        count: Some(1),
+        first_timestamp: Some(Time(e.time)),
+        last_timestamp: Some(Time(e.time)),
+        source: Some(EventSource { component: Some("kubelet".into()), host: Some(node.to_string()) }),
+        reporting_component: Some("kubelet".into()),
+        reporting_instance: Some(node.to_string()),
+        ..Default::default()
+    }
+}
+
 impl Sender {
+    /// Sends an event about the node (rare: image garbage collection's, at most one a period).
+    async fn send_node(&mut self, e: &NodeEvent) {
+        let node = self.link.node_name.clone();
+        let events: Api<ApiEvent> = Api::namespaced(self.link.events.clone(), "default");
+        let name = format!("{node}.{:x}", e.time.as_nanosecond());
+        if let Err(err) = events.create(&PostParams::default(), &node_api_event(e, &node, &name)).await {
+            debug!(error = %err, reason = %e.reason, "sending a node event failed");
+        }
+    }
+
     /// Sends `e` about the pod object `uid`: a new Event, or a repeat's count on the one made.
     async fn send(&mut self, uid: String, e: Event) {
         let now = Instant::now();
@@ -205,6 +255,22 @@ impl Sender {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_node_event_is_about_the_node_in_default() {
+        let e = NodeEvent {
+            time: jiff::Timestamp::UNIX_EPOCH,
+            kind: "Warning",
+            reason: "FreeDiskSpaceFailed".into(),
+            message: "m".into(),
+        };
+        let a = node_api_event(&e, "n1", "n1.1");
+        assert_eq!(a.metadata.namespace.as_deref(), Some("default"));
+        let o = &a.involved_object;
+        let got = (o.kind.as_deref(), o.name.as_deref(), o.uid.as_deref(), o.namespace.as_deref());
+        assert_eq!(got, (Some("Node"), Some("n1"), Some("n1"), None), "the kubelet's node reference");
+        assert_eq!((a.type_.as_deref(), a.reason.as_deref()), (Some("Warning"), Some("FreeDiskSpaceFailed")));
+    }
 
     #[test]
     fn the_bucket_allows_a_burst_then_one_per_refill() {

@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeFeatures, NodeSpec,
-    NodeStatus, NodeSystemInfo,
+    ContainerImage, DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeFeatures,
+    NodeSpec, NodeStatus, NodeSystemInfo,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
@@ -220,6 +220,28 @@ pub fn differs_from_live(live: &NodeStatus, ours: &NodeStatus) -> bool {
         || info(live) != info(ours)
 }
 
+/// The kubelet's nodeStatusMaxImages: the Node lists this many images at most.
+pub const MAX_IMAGES: usize = 50;
+/// The kubelet's MaxNamesPerImageInNodeStatus.
+const MAX_NAMES_PER_IMAGE: usize = 5;
+
+/// The Node's `images`, as the kubelet's setter makes them: largest first (ties by ID,
+/// descending), at most [`MAX_IMAGES`], each named by its digests then its tags (at most five
+/// names).
+pub fn images(list: &[crate::cri::api::Image]) -> Vec<ContainerImage> {
+    let mut sorted: Vec<&crate::cri::api::Image> = list.iter().collect();
+    sorted.sort_by(|a, b| b.size.cmp(&a.size).then_with(|| b.id.cmp(&a.id)));
+    sorted
+        .into_iter()
+        .take(MAX_IMAGES)
+        .map(|i| {
+            let names: Vec<String> =
+                i.repo_digests.iter().chain(&i.repo_tags).take(MAX_NAMES_PER_IMAGE).cloned().collect();
+            ContainerImage { names: Some(names), size_bytes: i64::try_from(i.size).ok() }
+        })
+        .collect()
+}
+
 /// GOARCH's name for this machine.
 pub fn go_arch() -> String {
     match std::env::consts::ARCH {
@@ -275,6 +297,39 @@ mod tests {
             assert_eq!(q(&cap, k), c, "capacity {k}");
             assert_eq!(q(&alloc, k), a, "allocatable {k}");
         }
+    }
+
+    #[test]
+    fn images_are_largest_first_capped_and_named_by_digests_then_tags() {
+        use crate::cri::api::Image;
+        let image = |id: &str, size: u64, tags: &[&str], digests: &[&str]| Image {
+            id: id.into(),
+            size,
+            repo_tags: tags.iter().map(|s| s.to_string()).collect(),
+            repo_digests: digests.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        };
+        let list = vec![
+            image("sha256:a", 10, &["a:1"], &["a@sha256:1"]),
+            image("sha256:b", 30, &["b:1", "b:2", "b:3", "b:4", "b:5"], &["b@sha256:2"]),
+            image("sha256:c", 10, &[], &[]),
+        ];
+        let got: Vec<(Vec<String>, Option<i64>)> =
+            images(&list).into_iter().map(|i| (i.names.unwrap_or_default(), i.size_bytes)).collect();
+        let names = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            got,
+            vec![
+                (names(&["b@sha256:2", "b:1", "b:2", "b:3", "b:4"]), Some(30)),
+                (names(&[]), Some(10)),
+                (names(&["a@sha256:1", "a:1"]), Some(10)),
+            ],
+            "largest first, ties by ID descending, five names at most"
+        );
+        let many: Vec<Image> = (0..60).map(|n| image(&format!("sha256:{n:02}"), n, &[], &[])).collect();
+        let capped = images(&many);
+        assert_eq!(capped.len(), MAX_IMAGES);
+        assert_eq!(capped[0].size_bytes, Some(59));
     }
 
     #[test]

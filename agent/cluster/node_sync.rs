@@ -26,6 +26,8 @@ const STATUS_REPORT: Duration = Duration::from_secs(300);
 /// The kubelet's node lease: 40 s long, renewed every quarter of that.
 const LEASE_SECONDS: i32 = 40;
 const LEASE_RENEW: Duration = Duration::from_secs(10);
+/// How often the Node's image list is read again (the kubelet's image cache period).
+const IMAGES_REFRESH: Duration = Duration::from_secs(30);
 
 /// Reads what the Node reports about this machine, as `cfg` names it.
 pub fn read_facts(cfg: &super::ClusterConfig, runtime_version: String) -> NodeFacts {
@@ -102,6 +104,7 @@ pub async fn run_status(
     let nodes: Api<Node> = Api::all(link.heartbeat.clone());
     let (watched, watch_current) = watch_own_node(&nodes, &facts.name, tasks, cancel.clone());
     let mut written: Option<(NodeStatus, tokio::time::Instant)> = None;
+    let mut images: Option<(Vec<k8s_openapi::api::core::v1::ContainerImage>, tokio::time::Instant)> = None;
     let mut tick = tokio::time::interval(STATUS_CHECK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -133,8 +136,18 @@ pub async fn run_status(
             },
         };
         let previous = written.as_ref().and_then(|(s, _)| s.conditions.clone()).unwrap_or_default();
-        let status =
+        let mut status =
             node_object::status(&facts, node_object::conditions(&ready, &previous, jiff::Timestamp::now()));
+        // The node's images (the kubelet's Images setter), listed at most every
+        // IMAGES_REFRESH as the kubelet's image cache is; a failed list is tried again at the
+        // next check, the last list standing meanwhile.
+        if images.as_ref().is_none_or(|(_, at)| at.elapsed() >= IMAGES_REFRESH) {
+            match cri.images().await {
+                Ok(list) => images = Some((node_object::images(&list), tokio::time::Instant::now())),
+                Err(e) => debug!(error = %e, "listing images for the node status failed"),
+            }
+        }
+        status.images = Some(images.as_ref().map(|(i, _)| i.clone()).unwrap_or_default());
         let drifted = live.as_ref().is_none_or(|l| node_object::differs_from_live(l, &status));
         let due = drifted
             || match &written {

@@ -22,6 +22,7 @@ use crate::cgroup::CgroupDriver;
 use crate::model::{ObservedContainer, ObservedPod, ObservedSandbox, keys};
 
 mod images;
+pub use images::ImageFs;
 mod lifecycle;
 mod observe;
 mod stats;

@@ -16,7 +16,7 @@ pub mod signal;
 mod status_cache;
 
 pub use brief::{Brief, RuntimeBrief};
-pub use client::{CallObserver, CriClient, RuntimeInfo, StreamingRequest};
+pub use client::{CallObserver, CriClient, ImageFs, RuntimeInfo, StreamingRequest};
 pub use convert::{container_from_status, sandbox_from_status};
 pub use runtime::Runtime;
 

@@ -88,7 +88,7 @@ impl Collector {
             }
         };
         let image_fs = match image_fs {
-            Some(Ok(info)) => info.image_filesystems.into_iter().next(),
+            Some(Ok(info)) => info.into_iter().next(),
             Some(Err(e)) => {
                 tracing::debug!(error = %e, "image filesystem stats unavailable");
                 None
@@ -123,7 +123,7 @@ impl Collector {
         // The host, and the disks (log directories, emptyDir volumes), on the blocking pool.
         let root_dir = self.root_dir.clone();
         let image_mount =
-            image_fs.as_ref().and_then(|f| f.fs_id.as_ref()).map(|id| PathBuf::from(&id.mountpoint));
+            image_fs.as_ref().map(|f| PathBuf::from(&f.mountpoint));
         let dirs: Vec<Vec<(String, PathBuf)>> = match full {
             true => pods.iter().map(|p| self.disk_dirs(p)).collect(),
             false => Vec::new(),
@@ -152,7 +152,7 @@ impl Collector {
             pods_cpu: cgroup_cpu(&kubepods),
             pods_memory: kubepods.memory.as_ref().map(Mem::of_cgroup),
             image_fs: image_fs.map(|f| {
-                let used = (f.used_bytes.map_or(0, |v| v.value), f.inodes_used.map_or(0, |v| v.value));
+                let used = (f.used_bytes, f.inodes_used);
                 (image_statvfs, used)
             }),
             host,

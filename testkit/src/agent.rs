@@ -96,6 +96,12 @@ impl AgentCmd {
         if let Some(n) = &self.node_name {
             v.extend(["--node-name".into(), n.into()]);
         }
+        // Image garbage collection off unless the caller sets it: the shared containerd's disk
+        // is near the kubelet's 85 % default, and every agent collecting there would remove
+        // the images the other tests and benchmarks run from.
+        if !self.args.iter().any(|a| a.starts_with("--image-gc-high-threshold")) {
+            v.extend(["--image-gc-high-threshold".into(), "100".into()]);
+        }
         v.extend(self.args.iter().map(OsString::from));
         v
     }
@@ -244,6 +250,8 @@ mod tests {
                 "/d/crilet.sock",
                 "--node-name",
                 "bench-node",
+                "--image-gc-high-threshold",
+                "100",
                 "--max-pods",
                 "5"
             ]

@@ -256,13 +256,10 @@ pub(crate) struct RuntimeHints {
 pub(crate) fn runtime_hints(info: &HashMap<String, String>) -> RuntimeHints {
     let mut entries: Vec<(&String, &String)> = info.iter().collect();
     entries.sort();
-    let mut hints = RuntimeHints::default();
+    // The same reading of the sandbox image as image garbage collection's, which keeps it.
+    let mut hints = RuntimeHints { sandbox_image: crate::images::sandbox_image(info), ..Default::default() };
     for (_, json) in entries {
         let Ok(v) = serde_json::from_str::<serde_json::Value>(json) else { continue };
-        let image = v.get("sandboxImage").or_else(|| v.pointer("/pinnedImages/sandbox"));
-        if let Some(image) = image.and_then(|i| i.as_str()).filter(|i| !i.is_empty()) {
-            hints.sandbox_image.get_or_insert_with(|| image.to_string());
-        }
         let default = v.pointer("/containerd/defaultRuntimeName").and_then(|n| n.as_str());
         let systemd = default
             .and_then(|name| v.pointer("/containerd/runtimes")?.get(name)?.pointer("/options/SystemdCgroup"))

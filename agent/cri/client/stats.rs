@@ -33,17 +33,4 @@ impl CriClient {
             .await?;
         Ok(r.stats)
     }
-
-    /// `ImageFsInfo`: the filesystems that hold the images (and, when split, the containers'
-    /// writable layers), with what the runtime's content uses on them.
-    pub async fn image_fs_info(&self) -> Result<api::ImageFsInfoResponse, CriError> {
-        let mut c = self.images.clone();
-        self.call(
-            "ImageFsInfo",
-            &self.endpoint,
-            CALL_TIMEOUT,
-            c.image_fs_info(req(api::ImageFsInfoRequest {}, CALL_TIMEOUT)),
-        )
-        .await
-    }
 }
