@@ -303,4 +303,19 @@ impl CriClient {
             .await?;
         Ok(r.images)
     }
+
+    /// `ImageFsInfo`: the image filesystems' mountpoints and what images use of them (the
+    /// eviction manager's imagefs signal).
+    pub async fn image_fs_info(&self, timeout: Duration) -> Result<Vec<api::FilesystemUsage>, CriError> {
+        let mut c = self.images.clone();
+        let r = self
+            .call(
+                "ImageFsInfo",
+                "image filesystems",
+                timeout,
+                c.image_fs_info(req(api::ImageFsInfoRequest {}, timeout)),
+            )
+            .await?;
+        Ok(r.image_filesystems)
+    }
 }
