@@ -95,10 +95,12 @@ pub async fn run_status(
     cri: CriClient,
     facts: NodeFacts,
     mut shutting_down: watch::Receiver<bool>,
+    mut pressure: watch::Receiver<crate::eviction::Pressure>,
     tasks: &crate::tasks::Tasks,
     cancel: CancellationToken,
 ) {
     let mut shutdown_watched = true;
+    let mut pressure_watched = true;
     let nodes: Api<Node> = Api::all(link.heartbeat.clone());
     let (watched, watch_current) = watch_own_node(&nodes, &facts.name, tasks, cancel.clone());
     let mut written: Option<(NodeStatus, tokio::time::Instant)> = None;
@@ -110,6 +112,8 @@ pub async fn run_status(
             _ = tick.tick() => {}
             // The node's shutdown shows at once (the kubelet syncs the node status as it starts).
             r = shutting_down.changed(), if shutdown_watched => shutdown_watched = r.is_ok(),
+            // A pressure condition shows at once too (the kubelet's fast status update).
+            r = pressure.changed(), if pressure_watched => pressure_watched = r.is_ok(),
         }
         let mut ready = runtime_readiness(&cri).await;
         if *shutting_down.borrow() {
@@ -132,9 +136,12 @@ pub async fn run_status(
                 }
             },
         };
+        let pressure_now = pressure.borrow().clone();
         let previous = written.as_ref().and_then(|(s, _)| s.conditions.clone()).unwrap_or_default();
-        let status =
-            node_object::status(&facts, node_object::conditions(&ready, &previous, jiff::Timestamp::now()));
+        let status = node_object::status(
+            &facts,
+            node_object::conditions(&ready, &pressure_now, &previous, jiff::Timestamp::now()),
+        );
         let drifted = live.as_ref().is_none_or(|l| node_object::differs_from_live(l, &status));
         let due = drifted
             || match &written {

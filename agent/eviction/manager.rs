@@ -4,7 +4,6 @@
 //! first that is not critical, one per cycle, waiting (at most 30 s) for it to stop before the
 //! next cycle.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -33,7 +32,7 @@ pub struct Manager<S, R> {
     pub registry: Registry,
     pub recorder: Recorder,
     /// Where pod logs go (a pod's log dir is measured with its volumes).
-    pub node: Arc<crate::node::NodeConfig>,
+    pub node: crate::node::NodeConfig,
     pub evict: mpsc::Sender<EvictRequest>,
     pub pressure: watch::Sender<Pressure>,
 }
