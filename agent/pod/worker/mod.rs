@@ -294,6 +294,12 @@ impl Worker {
             }
         }
         ctx.metrics.pod_seen(&initial.uid, saved.status.as_ref());
+        // An eviction outlives the agent: a pod it published as evicted stays stopped.
+        let eviction = saved
+            .status
+            .as_ref()
+            .filter(|s| s.phase.as_deref() == Some("Failed") && s.reason.as_deref() == Some("Evicted"))
+            .map(|s| Eviction { grace: Duration::ZERO, message: s.message.clone().unwrap_or_default() });
         Worker {
             ctx,
             desired: initial,
@@ -302,8 +308,8 @@ impl Worker {
             tracked: Tracked {
                 start_errors: BTreeMap::new(),
                 termination_messages: BTreeMap::new(),
-                failed: None,
-                eviction: None,
+                failed: eviction.as_ref().map(|_| Failed::Evicted),
+                eviction,
                 first_seen: jiff::Timestamp::now(),
                 killed_by_agent: BTreeSet::new(),
                 stopped_sandboxes: BTreeSet::new(),
