@@ -144,6 +144,12 @@ async fn memory_pressure_taints_the_node_refuses_besteffort_and_evicts_in_rank_o
     // Not restarted: still Failed a while later (its containers stay stopped).
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(phase_of(&node, "ev-besteffort"), "Failed");
+    // The static pod is the agent's to remove (the node's cleanup removes only API pods).
+    node.agent.remove_manifest("static.yaml");
+    wait_for("the static pod to be removed", Duration::from_secs(30), || async {
+        node.agent.pod("ev-static").is_none().then_some(())
+    })
+    .await;
 }
 
 /// A tmpfs mounted for the test, unmounted on drop.

@@ -43,11 +43,11 @@ impl Signals for HostSignals {
             out.insert(Signal::NodeFsAvailable, bytes);
             out.insert(Signal::NodeFsInodesFree, inodes);
         }
-        if let Some(mount) = self.image_mount().await {
-            if let Ok(Some((bytes, inodes))) = crate::blocking(move || Ok(fs_stats(&mount))).await {
-                out.insert(Signal::ImageFsAvailable, bytes);
-                out.insert(Signal::ImageFsInodesFree, inodes);
-            }
+        if let Some(mount) = self.image_mount().await
+            && let Ok(Some((bytes, inodes))) = crate::blocking(move || Ok(fs_stats(&mount))).await
+        {
+            out.insert(Signal::ImageFsAvailable, bytes);
+            out.insert(Signal::ImageFsInodesFree, inodes);
         }
         if let Ok(Some(o)) = crate::blocking(|| Ok(pids())).await {
             out.insert(Signal::PidAvailable, o);

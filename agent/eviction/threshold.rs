@@ -276,7 +276,9 @@ mod tests {
     #[test]
     fn the_flags_parse_as_the_kubelets() {
         let mi = |n: i64| Value::Amount(n << 20);
-        let cases: Vec<(&str, Flags<'_>, Result<Vec<Threshold>, &str>)> = vec![
+        // (case, flags, thresholds or a part of the error)
+        type Case<'a> = (&'a str, Flags<'a>, Result<Vec<Threshold>, &'a str>);
+        let cases: Vec<Case<'_>> = vec![
             (
                 "the default hard set",
                 Flags::default(),
