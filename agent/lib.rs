@@ -9,6 +9,7 @@ pub mod cluster;
 pub mod context;
 pub mod cri;
 pub mod dns;
+pub mod eviction;
 pub mod expand;
 #[cfg(test)]
 pub(crate) mod fixtures;

@@ -175,6 +175,33 @@ pub(crate) struct RunArgs {
     /// [default: 0s]
     #[arg(long)]
     pub(crate) image_maximum_gc_age: Option<String>,
+    /// Hard eviction thresholds, signal<quantity or signal<percent%, comma-separated (signals:
+    /// memory.available, nodefs.available, nodefs.inodesFree, imagefs.available,
+    /// imagefs.inodesFree, pid.available); a pod is evicted at once when one is met. Given, it
+    /// replaces the whole default set [default:
+    /// memory.available<100Mi,nodefs.available<10%,nodefs.inodesFree<5%,imagefs.available<15%]
+    #[arg(long)]
+    pub(crate) eviction_hard: Option<String>,
+    /// Soft eviction thresholds, as --eviction-hard; each acts only once met for its
+    /// --eviction-soft-grace-period [default: none]
+    #[arg(long)]
+    pub(crate) eviction_soft: Option<String>,
+    /// How long each soft threshold must be met before it evicts, signal=duration,
+    /// comma-separated (e.g. memory.available=1m30s) [default: none]
+    #[arg(long)]
+    pub(crate) eviction_soft_grace_period: Option<String>,
+    /// How much more than its threshold must be available again before a met threshold is
+    /// resolved, signal=quantity or signal=percent%, comma-separated [default: none]
+    #[arg(long)]
+    pub(crate) eviction_minimum_reclaim: Option<String>,
+    /// The most grace (seconds) a pod evicted for a soft threshold gets (its own, if shorter);
+    /// a hard threshold gives 1 s [default: 0]
+    #[arg(long)]
+    pub(crate) eviction_max_pod_grace_period: Option<i64>,
+    /// How long a pressure condition stays after its threshold was last met (e.g. 5m, 30s)
+    /// [default: 5m]
+    #[arg(long)]
+    pub(crate) eviction_pressure_transition_period: Option<String>,
     /// A YAML file holding the same settings (flags win), or the kubelet's KubeletConfiguration
     /// (kubelet.config.k8s.io/v1beta1); `crilet preflight` lists what crilet takes from it and
     /// what it ignores
@@ -237,6 +264,15 @@ impl RunArgs {
             self.minimum_image_ttl_duration =
                 self.minimum_image_ttl_duration.or(file.minimum_image_ttl_duration);
             self.image_maximum_gc_age = self.image_maximum_gc_age.or(file.image_maximum_gc_age);
+            self.eviction_hard = self.eviction_hard.or(file.eviction_hard);
+            self.eviction_soft = self.eviction_soft.or(file.eviction_soft);
+            self.eviction_soft_grace_period =
+                self.eviction_soft_grace_period.or(file.eviction_soft_grace_period);
+            self.eviction_minimum_reclaim = self.eviction_minimum_reclaim.or(file.eviction_minimum_reclaim);
+            self.eviction_max_pod_grace_period =
+                self.eviction_max_pod_grace_period.or(file.eviction_max_pod_grace_period);
+            self.eviction_pressure_transition_period =
+                self.eviction_pressure_transition_period.or(file.eviction_pressure_transition_period);
         }
         let runtime = self
             .container_runtime_endpoint
@@ -280,6 +316,17 @@ impl RunArgs {
             self.shutdown_grace_period.as_deref(),
             self.shutdown_grace_period_critical_pods.as_deref(),
         )?;
+        let eviction = crilet::eviction::config(
+            &crilet::eviction::threshold::Flags {
+                hard: self.eviction_hard.as_deref(),
+                soft: self.eviction_soft.as_deref(),
+                soft_grace_period: self.eviction_soft_grace_period.as_deref(),
+                minimum_reclaim: self.eviction_minimum_reclaim.as_deref(),
+            },
+            self.eviction_max_pod_grace_period,
+            self.eviction_pressure_transition_period.as_deref(),
+        )
+        .map_err(anyhow::Error::msg)?;
         let rotate_server = self.rotate_server_certificates.unwrap_or(false);
         if rotate_server && (self.tls_cert_file.is_some() || self.tls_private_key_file.is_some()) {
             // As the kubelet, whose certificate manager then answers every handshake.
@@ -338,6 +385,7 @@ impl RunArgs {
             kubelet_config,
             cluster,
             shutdown,
+            eviction,
             cgroup_driver,
             seccomp_default: self.seccomp_default.unwrap_or(false),
             node_ip,
@@ -483,6 +531,8 @@ pub(crate) struct Settings {
     pub(crate) cluster: Option<ClusterSettings>,
     /// Graceful node shutdown's period and its critical pods' part, when it is on.
     pub(crate) shutdown: Option<(Duration, Duration)>,
+    /// Node-pressure eviction's thresholds and periods.
+    pub(crate) eviction: crilet::eviction::Config,
     /// `--node-ip`, if given (the pods' hostIP; the Node's InternalIP).
     pub(crate) node_ip: Option<String>,
     pub(crate) runtime_endpoint: String,

@@ -336,7 +336,28 @@ pub(crate) async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
     tasks.spawn("manifest watch", manifest_watch);
     let initial = manifests.borrow().clone();
     info!(dir = %s.manifest_dir.display(), pods = initial.pods.len(), problems = initial.problems.len(), "manifests loaded");
-    let mut sup = Supervisor::new(ctx, wakers, cancel.clone());
+    // Node-pressure eviction: the manager reads the signals every 10 s, publishes the
+    // pressure conditions (the Node's status and admission follow them) and has the supervisor
+    // evict pods. Disk is reclaimed with nothing before evicting: image garbage collection
+    // connects through `eviction::Reclaim`.
+    let (pressure_tx, pressure) = tokio::sync::watch::channel(crilet::eviction::Pressure::new());
+    let (evict_tx, evict_rx) = tokio::sync::mpsc::channel(1);
+    let eviction = crilet::eviction::Manager {
+        config: s.eviction.clone(),
+        signals: crilet::eviction::host::HostSignals {
+            cgroups: ctx.cgroups.clone(),
+            root_dir: s.root_dir.clone(),
+            cri: Some(cri.clone()),
+        },
+        reclaim: crilet::eviction::NoReclaim,
+        registry: registry.clone(),
+        recorder: ctx.exec.rec.clone(),
+        node: ctx.node.clone(),
+        evict: evict_tx,
+        pressure: pressure_tx,
+    };
+    tasks.spawn("eviction manager", eviction.run(cancel.clone()));
+    let mut sup = Supervisor::new(ctx, wakers, cancel.clone()).with_evictions(evict_rx);
     // Graceful node shutdown: logind's signal stops the pods through the supervisor; the Node
     // is not ready meanwhile.
     let (shutting_down_tx, shutting_down) = tokio::sync::watch::channel(false);
@@ -384,6 +405,7 @@ pub(crate) async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
                 ledger.clone(),
                 manifests,
                 shutting_down,
+                pressure,
                 cancel.clone(),
             );
             sup = sup.with_api_pods(gone);

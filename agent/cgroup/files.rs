@@ -172,6 +172,47 @@ impl Hierarchy {
         }
         number(&self.dir("memory", path).join("memory.usage_in_bytes"))
     }
+
+    /// The cgroup's memory working set in bytes, as cAdvisor and so the kubelet's eviction
+    /// count it: usage less the inactive file pages (v1 `total_inactive_file`, v2
+    /// `inactive_file`). v2's root cgroup has no `memory.current`: its usage is the host's,
+    /// `MemTotal - MemFree` (runc's root stats).
+    pub fn memory_working_set(&self, path: &str) -> Result<i64, String> {
+        let (dir, key) = if self.v2 {
+            (self.dir("", path), "inactive_file")
+        } else {
+            (self.dir("memory", path), "total_inactive_file")
+        };
+        let usage = if self.v2 && path.trim_matches('/').is_empty() {
+            host_memory_used()?
+        } else {
+            self.memory_usage(path)?
+        };
+        let stat = read(&dir.join("memory.stat"))?;
+        let inactive = stat
+            .lines()
+            .find_map(|l| l.strip_prefix(key).and_then(|v| v.strip_prefix(' ')))
+            .and_then(|v| v.trim().parse::<i64>().ok())
+            .unwrap_or(0);
+        Ok((usage - inactive).max(0))
+    }
+
+    /// The tasks in the cgroup (`pids.current`), for ranking under PID pressure.
+    pub fn pids_current(&self, path: &str) -> Result<i64, String> {
+        number(&self.dir("pids", path).join("pids.current"))
+    }
+}
+
+/// `MemTotal - MemFree` from `/proc/meminfo`, bytes.
+fn host_memory_used() -> Result<i64, String> {
+    let text = read(Path::new("/proc/meminfo"))?;
+    let kb = |key: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<i64>().ok())
+            .ok_or_else(|| format!("/proc/meminfo: no {key}"))
+    };
+    Ok((kb("MemTotal:")? - kb("MemFree:")?) * 1024)
 }
 
 /// What a cgroup has used (the files cadvisor and containerd read for the same stats): its CPU

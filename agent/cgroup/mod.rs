@@ -275,6 +275,19 @@ impl Cgroups {
         self.files.is_v2()
     }
 
+    /// A cgroup's memory working set in bytes (usage less inactive file pages); `path` ""
+    /// for the root cgroup (the node's own).
+    pub async fn memory_working_set(&self, path: String) -> Result<i64, String> {
+        let files = self.files.clone();
+        blocking(move || files.memory_working_set(&path)).await
+    }
+
+    /// The tasks in a cgroup (`pids.current`).
+    pub async fn pids_current(&self, path: String) -> Result<i64, String> {
+        let files = self.files.clone();
+        blocking(move || files.pids_current(&path)).await
+    }
+
     /// Every pod cgroup on the host under this driver (the orphan sweep's candidates).
     pub async fn scan_pods(&self) -> Vec<pods::Found> {
         let (files, driver) = (self.files.clone(), self.driver);

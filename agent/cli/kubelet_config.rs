@@ -119,6 +119,17 @@ pub fn translate(file: &str, doc: &Value) -> Result<Translation, KubeletConfigEr
                 out.settings.insert(flag.into(), value.clone());
                 out.report.taken.push(Taken { field, flag });
             }
+            Rule::TakeMap(flag, sep) => {
+                // `{memory.available: 100Mi}` is the flag's `memory.available<100Mi`.
+                let entries: Vec<String> = value
+                    .as_mapping()
+                    .into_iter()
+                    .flatten()
+                    .map(|(k, v)| format!("{}{sep}{}", show(k), show(v)))
+                    .collect();
+                out.settings.insert(flag.into(), Value::String(entries.join(",")));
+                out.report.taken.push(Taken { field, flag });
+            }
             Rule::Healthz => {
                 match field.as_str() {
                     "healthzBindAddress" => healthz.0 = Some(value),
@@ -278,6 +289,8 @@ enum Rule {
     Take(&'static str),
     /// `healthzBindAddress` / `healthzPort`: together, `--metrics-bind-address`.
     Healthz,
+    /// Taken under this flag's name, a map written as the flag's `key<sep>value,...`.
+    TakeMap(&'static str, char),
     /// crilet behaves as any of these values; any other is ignored.
     Same(&'static [&'static str], Impact, &'static str),
     /// Not implemented: any value set is ignored.
@@ -287,7 +300,6 @@ enum Rule {
 }
 
 const NOT_IMPLEMENTED: &str = "not implemented by crilet";
-const EVICTION: &str = "eviction is not implemented: crilet evicts no pod under memory or disk pressure";
 const NO_HANDLER: &str = "crilet's kubelet API does not serve this endpoint";
 const NUMA: &str = "crilet has no CPU, memory or topology manager: containers share every CPU and NUMA node";
 const RESERVED: &str =
@@ -436,14 +448,23 @@ fn rule(field: &str, value: &Value) -> Rule {
         | "topologyManagerPolicy"
         | "topologyManagerScope"
         | "topologyManagerPolicyOptions" => Rule::Ignore(Behaviour, NUMA),
-        "evictionHard"
-        | "evictionSoft"
-        | "evictionSoftGracePeriod"
-        | "evictionPressureTransitionPeriod"
-        | "evictionMaxPodGracePeriod"
-        | "evictionMinimumReclaim"
-        | "mergeDefaultEvictionSettings"
-        | "kernelMemcgNotification" => Rule::Ignore(Behaviour, EVICTION),
+        // Node-pressure eviction (eviction).
+        "evictionHard" => Rule::TakeMap("eviction-hard", '<'),
+        "evictionSoft" => Rule::TakeMap("eviction-soft", '<'),
+        "evictionSoftGracePeriod" => Rule::TakeMap("eviction-soft-grace-period", '='),
+        "evictionMinimumReclaim" => Rule::TakeMap("eviction-minimum-reclaim", '='),
+        "evictionPressureTransitionPeriod" => Rule::Take("eviction-pressure-transition-period"),
+        "evictionMaxPodGracePeriod" => Rule::Take("eviction-max-pod-grace-period"),
+        "mergeDefaultEvictionSettings" => Rule::Same(
+            &["false"],
+            Behaviour,
+            "crilet's evictionHard replaces the default thresholds whole; it does not merge them",
+        ),
+        "kernelMemcgNotification" => Rule::Same(
+            &["false"],
+            Behaviour,
+            "crilet reads the memory signal every 10s, without memcg notifications",
+        ),
         "imageMinimumGCAge" => Rule::Take("minimum-image-ttl-duration"),
         "imageMaximumGCAge" => Rule::Take("image-maximum-gc-age"),
         "imageGCHighThresholdPercent" => Rule::Take("image-gc-high-threshold"),

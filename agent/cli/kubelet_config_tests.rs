@@ -95,13 +95,11 @@ fn translate_cases() {
         ),
         (
             "fields crilet does not implement are ignored with their value",
-            "evictionHard:\n  memory.available: 200Mi\n  nodefs.available: 10%\n\
-             imageGCHighThresholdPercent: 90\nfailSwapOn: true\ncgroupsPerQOS: false\n\
+            "imageGCHighThresholdPercent: 90\nfailSwapOn: true\ncgroupsPerQOS: false\n\
              enforceNodeAllocatable: [pods, kube-reserved]\nstaticPodURL: http://example.com/pods\n\
              featureGates:\n  NodeSwap: true\nnodeStatusUpdateFrequency: 4s\n",
             vec!["image-gc-high-threshold: 90"],
             vec![
-                ig("evictionHard", "{memory.available: 200Mi, nodefs.available: 10%}", Behaviour),
                 ig("failSwapOn", "true", Behaviour),
                 ig("cgroupsPerQOS", "false", Behaviour),
                 ig("enforceNodeAllocatable", "[pods, kube-reserved]", Behaviour),
@@ -109,6 +107,22 @@ fn translate_cases() {
                 ig("featureGates", "{NodeSwap: true}", Behaviour),
                 ig("nodeStatusUpdateFrequency", "4s", Behaviour),
             ],
+        ),
+        (
+            "the eviction fields are taken, their maps in the flags' syntax",
+            "evictionHard:\n  memory.available: 200Mi\n  nodefs.available: 10%\n\
+             evictionSoft:\n  memory.available: 300Mi\nevictionSoftGracePeriod:\n  memory.available: 1m\n\
+             evictionMinimumReclaim:\n  memory.available: 50Mi\nevictionPressureTransitionPeriod: 30s\n\
+             evictionMaxPodGracePeriod: 20\nmergeDefaultEvictionSettings: false\n",
+            vec![
+                "eviction-hard: memory.available<200Mi,nodefs.available<10%",
+                "eviction-max-pod-grace-period: 20",
+                "eviction-minimum-reclaim: memory.available=50Mi",
+                "eviction-pressure-transition-period: 30s",
+                "eviction-soft-grace-period: memory.available=1m",
+                "eviction-soft: memory.available<300Mi",
+            ],
+            vec![],
         ),
         (
             "seccompDefault is taken (crilet enforces it)",

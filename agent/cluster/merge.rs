@@ -50,6 +50,8 @@ struct Merger {
     desired: BTreeMap<String, (Option<String>, crate::model::DesiredPod)>,
     /// The node is shutting down (graceful node shutdown): new pods are refused.
     shutting_down: watch::Receiver<bool>,
+    /// The node's pressure conditions (`eviction`): pods are admitted by them.
+    pressure: watch::Receiver<crate::eviction::Pressure>,
 }
 
 fn is_terminal(phase: Option<&str>) -> bool {
@@ -111,6 +113,12 @@ impl Merger {
                         reason: crate::pod::shutdown::NOT_ADMITTED_REASON.into(),
                         message: crate::pod::shutdown::NOT_ADMITTED_MESSAGE.into(),
                     })
+                } else if let Some(message) =
+                    crate::eviction::rank::admit(pod, &self.pressure.borrow(), false)
+                {
+                    // The eviction manager's admit handler: BestEffort pods under memory
+                    // pressure, every pod under disk or PID pressure (critical ones pass).
+                    Some(Rejection { reason: crate::eviction::rank::REASON.into(), message })
                 } else {
                     admit::admit(pod, &self.room, self.used(files))
                 };
@@ -200,6 +208,7 @@ pub async fn run(
     out: watch::Sender<ManifestSet>,
     rejections: watch::Sender<Rejections>,
     shutting_down: watch::Receiver<bool>,
+    pressure: watch::Receiver<crate::eviction::Pressure>,
     cancel: CancellationToken,
 ) {
     let mut m = Merger {
@@ -212,6 +221,7 @@ pub async fn run(
         collisions: BTreeSet::new(),
         desired: BTreeMap::new(),
         shutting_down,
+        pressure,
     };
     // The API's part of the last merge: a change of mirror pods alone (their status, written by
     // this node) changes nothing the merge reads.
@@ -375,6 +385,7 @@ mod tests {
             collisions: BTreeSet::new(),
             desired: BTreeMap::new(),
             shutting_down,
+            pressure: watch::channel(crate::eviction::Pressure::new()).1,
         }
     }
 

@@ -214,6 +214,7 @@ pub fn start(
     ledger: crate::ledger::Ledger,
     files: watch::Receiver<ManifestSet>,
     shutting_down: watch::Receiver<bool>,
+    pressure: watch::Receiver<crate::eviction::Pressure>,
     cancel: CancellationToken,
 ) -> (watch::Receiver<ManifestSet>, mpsc::UnboundedSender<(PodKey, String)>) {
     let facts = node_object::NodeFacts {
@@ -228,6 +229,7 @@ pub fn start(
         let cancel = cancel.clone();
         let status_tasks = tasks.clone();
         let shutting_down_node = shutting_down.clone();
+        let pressure_node = pressure.clone();
         tasks.spawn("node registration and status", async move {
             let mut delay = Duration::from_millis(500);
             loop {
@@ -248,7 +250,16 @@ pub fn start(
                 }
                 delay = (delay * 2).min(Duration::from_secs(7));
             }
-            node_sync::run_status(link.clone(), cri, facts, shutting_down_node, &status_tasks, cancel.clone()).await;
+            node_sync::run_status(
+                link.clone(),
+                cri,
+                facts,
+                shutting_down_node,
+                pressure_node,
+                &status_tasks,
+                cancel.clone(),
+            )
+            .await;
         });
     }
     tasks.spawn(
@@ -307,6 +318,7 @@ pub fn start(
             set_tx,
             rej_tx,
             shutting_down,
+            pressure,
             cancel.clone(),
         ),
     );

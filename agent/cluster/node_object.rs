@@ -98,10 +98,12 @@ pub fn new_node(f: &NodeFacts) -> Node {
     }
 }
 
-/// The four conditions, with the kubelet's reasons and messages. `previous` keeps each
-/// condition's transition time while its status stays the same.
+/// The four conditions, with the kubelet's reasons and messages (the pressure ones as the
+/// eviction manager reports them). `previous` keeps each condition's transition time while its
+/// status stays the same.
 pub fn conditions(
     ready: &RuntimeReadiness,
+    pressure: &crate::eviction::Pressure,
     previous: &[NodeCondition],
     now: jiff::Timestamp,
 ) -> Vec<NodeCondition> {
@@ -122,15 +124,44 @@ pub fn conditions(
         }
     };
     let is_ready = ready.problems.is_empty();
+    use crate::eviction::Condition;
+    let under = |c: Condition| pressure.contains(&c);
     vec![
-        cond(
-            "MemoryPressure",
-            false,
-            "KubeletHasSufficientMemory",
-            "kubelet has sufficient memory available".into(),
-        ),
-        cond("DiskPressure", false, "KubeletHasNoDiskPressure", "kubelet has no disk pressure".into()),
-        cond("PIDPressure", false, "KubeletHasSufficientPID", "kubelet has sufficient PID available".into()),
+        if under(Condition::MemoryPressure) {
+            cond(
+                "MemoryPressure",
+                true,
+                "KubeletHasInsufficientMemory",
+                "kubelet has insufficient memory available".into(),
+            )
+        } else {
+            cond(
+                "MemoryPressure",
+                false,
+                "KubeletHasSufficientMemory",
+                "kubelet has sufficient memory available".into(),
+            )
+        },
+        if under(Condition::DiskPressure) {
+            cond("DiskPressure", true, "KubeletHasDiskPressure", "kubelet has disk pressure".into())
+        } else {
+            cond("DiskPressure", false, "KubeletHasNoDiskPressure", "kubelet has no disk pressure".into())
+        },
+        if under(Condition::PidPressure) {
+            cond(
+                "PIDPressure",
+                true,
+                "KubeletHasInsufficientPID",
+                "kubelet has insufficient PID available".into(),
+            )
+        } else {
+            cond(
+                "PIDPressure",
+                false,
+                "KubeletHasSufficientPID",
+                "kubelet has sufficient PID available".into(),
+            )
+        },
         if is_ready {
             cond("Ready", true, "KubeletReady", "kubelet is posting ready status".into())
         } else {
@@ -346,12 +377,13 @@ mod tests {
         let t0: jiff::Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
         let t1: jiff::Timestamp = "2026-01-01T00:00:10Z".parse().unwrap();
         let not_ready = RuntimeReadiness { problems: vec!["container runtime network not ready".into()] };
-        let first = conditions(&not_ready, &[], t0);
+        let none = crate::eviction::Pressure::new();
+        let first = conditions(&not_ready, &none, &[], t0);
         let ready = first.iter().find(|c| c.type_ == "Ready").unwrap();
         assert_eq!((ready.status.as_str(), ready.reason.as_deref()), ("False", Some("KubeletNotReady")));
         assert_eq!(ready.message.as_deref(), Some("container runtime network not ready"));
 
-        let second = conditions(&RuntimeReadiness::default(), &first, t1);
+        let second = conditions(&RuntimeReadiness::default(), &none, &first, t1);
         let ready = second.iter().find(|c| c.type_ == "Ready").unwrap();
         assert_eq!(ready.status, "True");
         assert_eq!(ready.last_transition_time, Some(Time(t1)), "status changed: new transition");
@@ -360,7 +392,7 @@ mod tests {
         assert_eq!(mem.last_heartbeat_time, Some(Time(t1)));
 
         let a = status(&facts(), first.clone());
-        let b = status(&facts(), conditions(&not_ready, &first, t1));
+        let b = status(&facts(), conditions(&not_ready, &none, &first, t1));
         assert!(!changed(&a, &b), "only heartbeats moved");
         assert!(changed(&a, &status(&facts(), second.clone())), "Ready flipped");
 
@@ -372,5 +404,45 @@ mod tests {
             c.reason = Some("NodeStatusUnknown".into());
         }
         assert!(differs_from_live(&live, &status(&facts(), second)), "written again at once");
+    }
+
+    #[test]
+    fn pressure_conditions_follow_the_eviction_manager() {
+        use crate::eviction::Condition::*;
+        let t0: jiff::Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+        let ready = RuntimeReadiness::default();
+        // (pressure, the three conditions' (status, reason, message))
+        let cases = [
+            (
+                vec![],
+                [
+                    ("False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+                    ("False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+                    ("False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+                ],
+            ),
+            (
+                vec![MemoryPressure, DiskPressure, PidPressure],
+                [
+                    ("True", "KubeletHasInsufficientMemory", "kubelet has insufficient memory available"),
+                    ("True", "KubeletHasDiskPressure", "kubelet has disk pressure"),
+                    ("True", "KubeletHasInsufficientPID", "kubelet has insufficient PID available"),
+                ],
+            ),
+        ];
+        for (pressure, want) in cases {
+            let pressure: crate::eviction::Pressure = pressure.into_iter().collect();
+            let got = conditions(&ready, &pressure, &[], t0);
+            for (type_, (status, reason, message)) in
+                ["MemoryPressure", "DiskPressure", "PIDPressure"].iter().zip(want)
+            {
+                let c = got.iter().find(|c| c.type_ == *type_).unwrap();
+                assert_eq!(
+                    (c.status.as_str(), c.reason.as_deref(), c.message.as_deref()),
+                    (status, Some(reason), Some(message)),
+                    "{type_} under {pressure:?}"
+                );
+            }
+        }
     }
 }

@@ -97,10 +97,12 @@ pub async fn run_status(
     cri: CriClient,
     facts: NodeFacts,
     mut shutting_down: watch::Receiver<bool>,
+    mut pressure: watch::Receiver<crate::eviction::Pressure>,
     tasks: &crate::tasks::Tasks,
     cancel: CancellationToken,
 ) {
     let mut shutdown_watched = true;
+    let mut pressure_watched = true;
     let nodes: Api<Node> = Api::all(link.heartbeat.clone());
     let (watched, watch_current) = watch_own_node(&nodes, &facts.name, tasks, cancel.clone());
     let mut written: Option<(NodeStatus, tokio::time::Instant)> = None;
@@ -113,6 +115,8 @@ pub async fn run_status(
             _ = tick.tick() => {}
             // The node's shutdown shows at once (the kubelet syncs the node status as it starts).
             r = shutting_down.changed(), if shutdown_watched => shutdown_watched = r.is_ok(),
+            // A pressure condition shows at once too (the kubelet's fast status update).
+            r = pressure.changed(), if pressure_watched => pressure_watched = r.is_ok(),
         }
         let mut ready = runtime_readiness(&cri).await;
         if *shutting_down.borrow() {
@@ -135,9 +139,12 @@ pub async fn run_status(
                 }
             },
         };
+        let pressure_now = pressure.borrow().clone();
         let previous = written.as_ref().and_then(|(s, _)| s.conditions.clone()).unwrap_or_default();
-        let mut status =
-            node_object::status(&facts, node_object::conditions(&ready, &previous, jiff::Timestamp::now()));
+        let mut status = node_object::status(
+            &facts,
+            node_object::conditions(&ready, &pressure_now, &previous, jiff::Timestamp::now()),
+        );
         // The node's images (the kubelet's Images setter), listed at most every
         // IMAGES_REFRESH as the kubelet's image cache is; a failed list is tried again at the
         // next check, the last list standing meanwhile.

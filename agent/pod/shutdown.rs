@@ -75,11 +75,18 @@ pub fn pod_grace(group: &Group, pod: &Pod) -> Duration {
 /// already succeeded stays Succeeded), the reason and message, and a `DisruptionTarget`
 /// condition (`TerminationByKubelet`), its transition time kept once set.
 pub fn mark(status: &mut PodStatus, now: jiff::Timestamp) {
+    mark_failed(status, REASON, MESSAGE, now);
+}
+
+/// What the kubelet's abnormal termination (`TerminatePodAbnormallyAndWait`: node shutdown,
+/// node-pressure eviction) marks on a pod: phase Failed (unless it succeeded), `reason` and
+/// `message`, and a `DisruptionTarget` condition (`TerminationByKubelet`) with the message.
+pub fn mark_failed(status: &mut PodStatus, reason: &str, message: &str, now: jiff::Timestamp) {
     if status.phase.as_deref() != Some("Succeeded") {
         status.phase = Some("Failed".into());
     }
-    status.reason = Some(REASON.into());
-    status.message = Some(MESSAGE.into());
+    status.reason = Some(reason.into());
+    status.message = Some(message.into());
     let conditions = status.conditions.get_or_insert_with(Vec::new);
     let since = conditions
         .iter()
@@ -91,7 +98,7 @@ pub fn mark(status: &mut PodStatus, now: jiff::Timestamp) {
         type_: DISRUPTION_TARGET.into(),
         status: "True".into(),
         reason: Some(DISRUPTED_BY_NODE.into()),
-        message: Some(MESSAGE.into()),
+        message: Some(message.into()),
         last_transition_time: Some(since),
         ..Default::default()
     });

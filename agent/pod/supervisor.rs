@@ -17,7 +17,7 @@ use tracing::{info, warn};
 use super::carry::{Carried, in_place_edit};
 use super::context::WorkerContext;
 use super::shutdown;
-use super::worker::{Desire, run_worker};
+use super::worker::{Desire, Eviction, run_worker};
 use crate::model::{DesiredPod, ManifestSet, PodKey, PodSource, ProblemKind, keys};
 use crate::pleg::Wakers;
 
@@ -107,6 +107,16 @@ pub struct Supervisor {
     shut_down: bool,
     /// The UIDs of the pods stopped for a shutdown: they do not start again after a cancel.
     stopped_for_shutdown: HashSet<String>,
+    /// Node-pressure eviction's requests (`eviction`), if it is on.
+    evictions: Option<mpsc::Receiver<EvictRequest>>,
+}
+
+/// The eviction manager's request: evict the pod of `uid` (its worker stops everything within
+/// the grace and keeps it stopped, Failed, `Evicted`).
+#[derive(Debug, Clone)]
+pub struct EvictRequest {
+    pub uid: String,
+    pub eviction: Eviction,
 }
 
 impl Supervisor {
@@ -126,7 +136,29 @@ impl Supervisor {
             shutdown: None,
             shut_down: false,
             stopped_for_shutdown: HashSet::new(),
+            evictions: None,
         }
+    }
+
+    /// Node-pressure eviction: `requests` name the pods to evict.
+    pub fn with_evictions(mut self, requests: mpsc::Receiver<EvictRequest>) -> Self {
+        self.evictions = Some(requests);
+        self
+    }
+
+    /// Hands an eviction to the pod's worker; a pod not running here (any more) is left alone.
+    fn evict(&mut self, request: EvictRequest) {
+        let Some((key, r)) = self.running.iter().find(|(_, r)| r.uid == request.uid) else {
+            return warn!(uid = %request.uid, "no running pod to evict");
+        };
+        info!(pod = %key, uid = %r.uid, "evicting pod for node pressure");
+        r.tx.send_if_modified(|cur| match cur {
+            Desire::Run(d) => {
+                *cur = Desire::Evict(d.clone(), request.eviction);
+                true
+            }
+            Desire::Evict(..) | Desire::Terminate { .. } => false,
+        });
     }
 
     /// Graceful node shutdown: `requests` say when to stop every pod.
@@ -198,7 +230,9 @@ impl Supervisor {
         let keys: Vec<PodKey> = self.running.keys().cloned().collect();
         for key in keys {
             let broken = self.running.get(&key).is_some_and(|r| match &*r.tx.borrow() {
-                Desire::Run(d) => d.source.manifest().is_some_and(|file| file_broken(set, file)),
+                Desire::Run(d) | Desire::Evict(d, _) => {
+                    d.source.manifest().is_some_and(|file| file_broken(set, file))
+                }
                 Desire::Terminate { .. } => false,
             });
             if !set.pods.contains_key(&key) && !broken {
@@ -234,7 +268,9 @@ impl Supervisor {
         for (key, d) in &set.pods {
             match self.running.get(key) {
                 Some(r) if r.uid == d.uid => {
-                    let same = matches!(&*r.tx.borrow(), Desire::Run(cur) if cur == d);
+                    // An evicted pod's worker keeps its eviction whatever it is sent next.
+                    let same =
+                        matches!(&*r.tx.borrow(), Desire::Run(cur) | Desire::Evict(cur, _) if cur == d);
                     if !same {
                         info!(pod = %key, "manifest changed; updating the pod in place");
                         let _ = r.tx.send(Desire::Run(d.clone()));
@@ -272,7 +308,7 @@ impl Supervisor {
             }
             let resized = match &*r.tx.borrow() {
                 Desire::Run(cur) => in_place_edit(&cur.pod, &d.pod),
-                Desire::Terminate { .. } => false,
+                Desire::Evict(..) | Desire::Terminate { .. } => false,
             };
             if resized {
                 info!(pod = %key, uid = %r.uid, "manifest changed only in what changes in place (cpu/memory, labels, annotations): keeping the pod");
@@ -493,6 +529,7 @@ impl Supervisor {
                     let Ok((key, uid)) = done else { continue };
                     self.finished(key, uid);
                 }
+                Some(request) = next_eviction(&mut self.evictions) => self.evict(request),
                 Some(event) = next_request(&mut self.shutdown) => match event {
                     NodeShutdown::Stop(request) => self.shut_down_pods(request, &mut beat).await,
                     NodeShutdown::Cancelled => {
@@ -531,7 +568,7 @@ impl Supervisor {
         self.pending.clear();
         let mut members: Vec<Vec<PodKey>> = vec![Vec::new(); request.groups.len()];
         for (key, r) in &self.running {
-            if let Desire::Run(d) = &*r.tx.borrow() {
+            if let Desire::Run(d) | Desire::Evict(d, _) = &*r.tx.borrow() {
                 let group = shutdown::group_of(&request.groups, shutdown::priority(&d.pod));
                 members[group].push(key.clone());
             }
@@ -550,7 +587,7 @@ impl Supervisor {
             for key in keys {
                 let Some(r) = self.running.remove(&key) else { continue };
                 let grace = match &*r.tx.borrow() {
-                    Desire::Run(d) => shutdown::pod_grace(group, &d.pod),
+                    Desire::Run(d) | Desire::Evict(d, _) => shutdown::pod_grace(group, &d.pod),
                     Desire::Terminate { .. } => group.period,
                 };
                 let _ =
@@ -585,6 +622,14 @@ impl Supervisor {
 
 /// The next shutdown request, or never without graceful node shutdown.
 async fn next_request(requests: &mut Option<mpsc::Receiver<NodeShutdown>>) -> Option<NodeShutdown> {
+    match requests {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The next eviction request, or never without eviction.
+async fn next_eviction(requests: &mut Option<mpsc::Receiver<EvictRequest>>) -> Option<EvictRequest> {
     match requests {
         Some(rx) => rx.recv().await,
         None => std::future::pending().await,

@@ -81,6 +81,16 @@ pub enum Desire {
         /// The node is shutting down: the pod fails for good (`pod::shutdown::mark`).
         node_shutdown: bool,
     },
+    /// Node-pressure eviction (`eviction`): run no more; everything is stopped within `grace`
+    /// and the pod fails for good, `Evicted` with `message`.
+    Evict(DesiredPod, Eviction),
+}
+
+/// An eviction's terms: the grace its containers get, and the pod status message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Eviction {
+    pub grace: Duration,
+    pub message: String,
 }
 
 /// Why a pod failed for good while it ran: its phase stays Failed, with the kubelet's reason.
@@ -90,6 +100,8 @@ enum Failed {
     DeadlineExceeded,
     /// Stopped for the node's shutdown.
     NodeShutdown,
+    /// Evicted for node pressure (its terms in `Tracked::eviction`).
+    Evicted,
 }
 
 /// Annotation on the published pod: the pod log directory (for `crilet logs`).
@@ -138,8 +150,10 @@ struct Tracked {
     start_errors: BTreeMap<String, StartError>,
     /// Termination messages of exited instances, by instance ID (read once each).
     termination_messages: BTreeMap<String, String>,
-    /// The pod failed for good (its deadline ran out, or the node shut down).
+    /// The pod failed for good (its deadline ran out, the node shut down, it was evicted).
     failed: Option<Failed>,
+    /// The eviction's terms, once evicted.
+    eviction: Option<Eviction>,
     /// When this worker first saw the pod (its creation time, unless a sandbox is older).
     first_seen: jiff::Timestamp,
     /// Instances the agent killed itself (their 137 is no sign of a sandbox going away).
@@ -174,6 +188,9 @@ pub async fn run_worker(
         let mut failures: u32 = 0;
         loop {
             let want = desire.borrow_and_update().clone();
+            if let Desire::Evict(_, eviction) = &want {
+                w.evicted(eviction);
+            }
             let mut next = Some(tokio::time::Instant::now() + RESYNC);
             match want {
                 Desire::Terminate { remove, grace, node_shutdown } => {
@@ -195,7 +212,8 @@ pub async fn run_worker(
                     failures = failures.saturating_add(1);
                     next = Some(tokio::time::Instant::now() + retry_after(failures, fastrand::f64()));
                 }
-                Desire::Run(d) => {
+                // An eviction's terms were taken above: from here it runs as a sync.
+                Desire::Run(d) | Desire::Evict(d, _) => {
                     w.desired = d;
                     // Boxed: a sync's state is large and lives only while it runs; inline, it
                     // would size every idle worker's task (36 KB each, measured with massif).
@@ -242,6 +260,16 @@ pub async fn run_worker(
 }
 
 impl Worker {
+    /// Node-pressure eviction: from now on the pod's sync stops everything within the
+    /// eviction's grace and keeps it stopped, and its status is Failed, `Evicted`.
+    fn evicted(&mut self, eviction: &Eviction) {
+        if self.tracked.eviction.is_none() {
+            info!(grace_s = eviction.grace.as_secs_f64(), message = %eviction.message, "evicting pod");
+            self.tracked.failed = Some(Failed::Evicted);
+            self.tracked.eviction = Some(eviction.clone());
+        }
+    }
+
     /// A worker for `initial`, carrying on from what an earlier agent saved under the pod's dir
     /// (back-off, status, in-place update, outside conditions, a kill under way, probe results),
     /// read on the blocking pool.
@@ -266,6 +294,12 @@ impl Worker {
             }
         }
         ctx.metrics.pod_seen(&initial.uid, saved.status.as_ref());
+        // An eviction outlives the agent: a pod it published as evicted stays stopped.
+        let eviction = saved
+            .status
+            .as_ref()
+            .filter(|s| s.phase.as_deref() == Some("Failed") && s.reason.as_deref() == Some("Evicted"))
+            .map(|s| Eviction { grace: Duration::ZERO, message: s.message.clone().unwrap_or_default() });
         Worker {
             ctx,
             desired: initial,
@@ -274,7 +308,8 @@ impl Worker {
             tracked: Tracked {
                 start_errors: BTreeMap::new(),
                 termination_messages: BTreeMap::new(),
-                failed: None,
+                failed: eviction.as_ref().map(|_| Failed::Evicted),
+                eviction,
                 first_seen: jiff::Timestamp::now(),
                 killed_by_agent: BTreeSet::new(),
                 stopped_sandboxes: BTreeSet::new(),
@@ -344,7 +379,11 @@ impl Worker {
             held: &held,
             now: now_ns(),
             deadline: self.active_deadline(&observed),
-            deadline_exceeded: self.tracked.failed == Some(Failed::DeadlineExceeded),
+            // An evicted pod stops and stays stopped as one past its deadline does.
+            deadline_exceeded: matches!(
+                self.tracked.failed,
+                Some(Failed::DeadlineExceeded | Failed::Evicted)
+            ),
             killed_by_agent: &self.tracked.killed_by_agent,
             stopped_sandboxes: &self.tracked.stopped_sandboxes,
             update_requeue,
@@ -366,12 +405,13 @@ impl Worker {
             SyncPlan::Deadline { kill, .. } => {
                 if kill {
                     self.acted = true;
-                    let grace = termination_grace(&pod);
+                    let (grace, why) = match &self.tracked.eviction {
+                        Some(e) => (e.grace, "evicted"),
+                        None => (termination_grace(&pod), "active deadline exceeded"),
+                    };
                     let deadline = self.begin_kill(grace).await;
                     let key = &self.desired.key;
-                    if kill_pod(&ctx.exec, key, &pod, &observed, grace, deadline, "active deadline exceeded")
-                        .await
-                    {
+                    if kill_pod(&ctx.exec, key, &pod, &observed, grace, deadline, why).await {
                         self.end_kill().await;
                         self.sandboxes_stopped(&observed);
                     }

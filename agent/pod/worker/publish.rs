@@ -84,6 +84,10 @@ impl Worker {
                 status.message = Some("Pod was active on the node longer than the specified deadline".into());
             }
             Some(Failed::NodeShutdown) => crate::pod::shutdown::mark(&mut status, jiff::Timestamp::now()),
+            Some(Failed::Evicted) => {
+                let message = self.tracked.eviction.as_ref().map(|e| e.message.as_str()).unwrap_or_default();
+                crate::pod::shutdown::mark_failed(&mut status, "Evicted", message, jiff::Timestamp::now());
+            }
             None => {}
         }
         pod.status = Some(status.clone());
