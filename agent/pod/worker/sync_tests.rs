@@ -488,3 +488,42 @@ async fn a_failed_stop_during_termination_still_ends_the_pod_within_its_grace() 
     assert_eq!(n.statuses(), strings(&["app: terminated 137, restarts 0"]));
     assert_eq!(n.fake.unstopped_sandboxes(UID), Vec::<String>::new());
 }
+
+/// Node-pressure eviction: the running pod is stopped within the eviction's grace, published
+/// Failed/Evicted with the message and a DisruptionTarget condition, and never started again;
+/// a worker made again from what it saved (an agent restart) keeps it stopped.
+#[tokio::test]
+async fn an_evicted_pod_stops_fails_and_stays_stopped() {
+    let spec = json!({"containers": [container("app", "busybox:1")]});
+    let mut n = node(FakeRuntime::new().with_images(&["busybox:1"]), desired(spec.clone())).await;
+    n.sync().await;
+    assert_eq!(n.statuses(), strings(&["app: running, restarts 0"]));
+
+    let message = "The node was low on resource: memory. Threshold quantity: 100Mi, available: 10Mi. ";
+    n.worker.evicted(&Eviction { grace: Duration::from_secs(1), message: message.into() });
+    let calls = n.sync().await;
+    assert!(calls.iter().any(|c| c.starts_with("StopContainer")), "the app is stopped: {calls:?}");
+    n.worker.observe_and_publish(false).await;
+    assert_eq!(n.phase(), "Failed");
+    let record = n.worker.ctx.registry.pod(&n.worker.desired.key).expect("a record");
+    let status = record.pod.status.expect("a status");
+    assert_eq!((status.reason.as_deref(), status.message.as_deref()), (Some("Evicted"), Some(message)));
+    assert_eq!(n.condition("DisruptionTarget").as_deref(), Some("True"));
+    let again = n.sync().await;
+    assert!(
+        !again.iter().any(|c| c.starts_with("StartContainer") || c.starts_with("RunPodSandbox")),
+        "{again:?}"
+    );
+
+    // The agent restarts: a new worker for the same pod reads the saved Evicted status.
+    let ctx = n.worker.ctx.clone();
+    let cancel = CancellationToken::new();
+    let mut fresh = Worker::new(ctx, desired(spec), Arc::new(Notify::new()), &cancel).await;
+    fresh.sync().await.expect("the sync runs");
+    let calls = n.fake.take_actions();
+    assert!(
+        !calls.iter().any(|c| c.starts_with("StartContainer") || c.starts_with("RunPodSandbox")),
+        "{calls:?}"
+    );
+    cancel.cancel();
+}
