@@ -338,8 +338,9 @@ pub(crate) async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
     info!(dir = %s.manifest_dir.display(), pods = initial.pods.len(), problems = initial.problems.len(), "manifests loaded");
     // Node-pressure eviction: the manager reads the signals every 10 s, publishes the
     // pressure conditions (the Node's status and admission follow them) and has the supervisor
-    // evict pods. Disk is reclaimed with nothing before evicting: image garbage collection
-    // connects through `eviction::Reclaim`.
+    // evict pods. Under disk pressure, unused images go first (`DiskReclaim`, the same image
+    // garbage collection as its own loop below).
+    let image_gc = crilet::images::ImageGc::new(cri.clone(), registry.clone(), s.image_gc);
     let (pressure_tx, pressure) = tokio::sync::watch::channel(crilet::eviction::Pressure::new());
     let (evict_tx, evict_rx) = tokio::sync::mpsc::channel(1);
     let eviction = crilet::eviction::Manager {
@@ -349,7 +350,7 @@ pub(crate) async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
             root_dir: s.root_dir.clone(),
             cri: Some(cri.clone()),
         },
-        reclaim: crilet::eviction::NoReclaim,
+        reclaim: DiskReclaim(image_gc.clone()),
         registry: registry.clone(),
         recorder: ctx.exec.rec.clone(),
         node: ctx.node.clone(),
@@ -447,7 +448,7 @@ pub(crate) async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
     // pods run from are in use when it first looks (the kubelet starts it before its pods).
     tasks.spawn(
         "image garbage collection",
-        crilet::images::run(cri.clone(), registry.clone(), s.image_gc, cancel.clone()),
+        image_gc.run(cancel.clone()),
     );
     info!("first sync done; agent ready");
     sup.run(manifests).await;
@@ -455,4 +456,16 @@ pub(crate) async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
     tasks.ended(CONTROL_API).await;
     crilet::profile::write();
     Ok(())
+}
+
+/// The eviction manager's disk reclaim: unused images, as the kubelet's `DeleteUnusedImages`.
+struct DiskReclaim(crilet::images::ImageGc);
+
+impl crilet::eviction::Reclaim for DiskReclaim {
+    async fn free_disk(&self) {
+        match self.0.delete_unused().await {
+            Ok(freed) => info!(freed, "disk pressure: unused images removed"),
+            Err(e) => warn!(error = %e, "disk pressure: removing unused images failed"),
+        }
+    }
 }

@@ -8,6 +8,7 @@
 pub mod policy;
 
 use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
@@ -26,37 +27,80 @@ pub const FREE_DISK_SPACE_FAILED: &str = "FreeDiskSpaceFailed";
 pub const IMAGE_GC_FAILED: &str = "ImageGCFailed";
 pub const INVALID_DISK_CAPACITY: &str = "InvalidDiskCapacity";
 
-/// Runs image garbage collection every [`PERIOD`], the first at once, until cancelled. A
-/// failure is logged; a second in a row is also an `ImageGCFailed` event (the kubelet's rule:
-/// the first may be the stats not being ready yet).
+/// Image garbage collection, shared by its loop ([`ImageGc::run`]) and the eviction manager's
+/// disk reclaim ([`ImageGc::delete_unused`]): one record of when each image was first seen and
+/// last used, one collection at a time.
+#[derive(Clone)]
+pub struct ImageGc {
+    collector: Arc<tokio::sync::Mutex<Collector>>,
+}
+
+impl ImageGc {
+    pub fn new(cri: CriClient, registry: Registry, policy: Policy) -> ImageGc {
+        let c = Collector { cri, registry, policy, records: policy::Records::default(), began: Instant::now() };
+        ImageGc { collector: Arc::new(tokio::sync::Mutex::new(c)) }
+    }
+
+    /// Runs image garbage collection every [`PERIOD`], the first at once, until cancelled. A
+    /// failure is logged; a second in a row is also an `ImageGCFailed` event (the kubelet's
+    /// rule: the first may be the stats not being ready yet).
+    pub async fn run(self, cancel: CancellationToken) {
+        let (policy, registry) = {
+            let c = self.collector.lock().await;
+            (c.policy, c.registry.clone())
+        };
+        if !policy.enabled() {
+            info!("image garbage collection is off (--image-gc-high-threshold 100, no --image-maximum-gc-age)");
+            cancel.cancelled().await;
+            return;
+        }
+        let mut failed_before = false;
+        let mut tick = tokio::time::interval(PERIOD);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            match self.collector.lock().await.collect().await {
+                Ok(()) => failed_before = false,
+                Err(e) if failed_before => {
+                    error!(error = %e, "image garbage collection failed again");
+                    warning(&registry, IMAGE_GC_FAILED, e);
+                }
+                Err(e) => {
+                    warn!(error = %e, "image garbage collection failed once");
+                    failed_before = true;
+                }
+            }
+        }
+    }
+
+    /// The kubelet's `DeleteUnusedImages`, what its eviction manager reclaims disk with before
+    /// it evicts a pod: every image no container uses, not pinned, not the sandbox image and
+    /// past the minimum age, whatever the thresholds (also with garbage collection off).
+    /// The bytes freed.
+    pub async fn delete_unused(&self) -> Result<u64, String> {
+        let mut c = self.collector.lock().await;
+        let now = Instant::now();
+        let candidates = c.candidates(now).await?;
+        let policy = c.policy;
+        let mut freed = 0u64;
+        let mut errors = Vec::new();
+        for image in policy::removable_for_space(candidates, &policy, now) {
+            info!(image = %image.id, size = image.size, "removing an unused image: the node is under disk pressure");
+            match c.remove(&image.id).await {
+                Ok(()) => freed += image.size,
+                Err(e) => errors.push(e),
+            }
+        }
+        if errors.is_empty() { Ok(freed) } else { Err(errors.join("; ")) }
+    }
+}
+
+/// [`ImageGc::run`] on its own (the agent hands the same `ImageGc` to the eviction manager).
 pub async fn run(cri: CriClient, registry: Registry, policy: Policy, cancel: CancellationToken) {
-    if !policy.enabled() {
-        info!("image garbage collection is off (--image-gc-high-threshold 100, no --image-maximum-gc-age)");
-        cancel.cancelled().await;
-        return;
-    }
-    let began = Instant::now();
-    let mut gc = Collector { cri, registry, policy, records: policy::Records::default(), began };
-    let mut failed_before = false;
-    let mut tick = tokio::time::interval(PERIOD);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = cancel.cancelled() => return,
-            _ = tick.tick() => {}
-        }
-        match gc.collect().await {
-            Ok(()) => failed_before = false,
-            Err(e) if failed_before => {
-                error!(error = %e, "image garbage collection failed again");
-                warning(&gc.registry, IMAGE_GC_FAILED, e);
-            }
-            Err(e) => {
-                warn!(error = %e, "image garbage collection failed once");
-                failed_before = true;
-            }
-        }
-    }
+    ImageGc::new(cri, registry, policy).run(cancel).await
 }
 
 /// A `Warning` event about the node, also logged.
@@ -96,17 +140,7 @@ impl Collector {
     /// One round: the kubelet's `GarbageCollect`.
     async fn collect(&mut self) -> Result<(), String> {
         let now = Instant::now();
-        let images = self.cri.images().await.map_err(|e| crate::error_chain(&e))?;
-        let (_, containers) = self.cri.list_all(None).await.map_err(|e| crate::error_chain(&e))?;
-        // Any container the runtime has, running or not, holds its image (as the kubelet).
-        let in_use: HashSet<String> = containers.iter().map(|c| c.image_ref.clone()).collect();
-        let protected = self.protected(&images).await;
-        let listed: Vec<policy::Listed> = images
-            .iter()
-            .map(|i| policy::Listed { id: i.id.clone(), size: i.size, pinned: i.pinned })
-            .collect();
-        self.records.detect(&listed, &in_use, now);
-        let candidates = self.records.eviction_order(&in_use, &protected);
+        let candidates = self.candidates(now).await?;
         let (old, candidates) = policy::too_old(candidates, &self.policy, now, self.began);
         let mut errors = Vec::new();
         for image in old {
@@ -173,6 +207,23 @@ impl Collector {
             return Err(message);
         }
         Ok(())
+    }
+
+    /// The images that may go, least recently used first: the runtime's images and containers
+    /// listed, the records brought up to date (the kubelet's `detectImages`).
+    async fn candidates(&mut self, now: Instant) -> Result<Vec<policy::Candidate>, String> {
+        let images = self.cri.images().await.map_err(|e| crate::error_chain(&e))?;
+        let (_, containers) = self.cri.list_all(None).await.map_err(|e| crate::error_chain(&e))?;
+        // Any container the runtime has, running or not, holds its image (as the kubelet).
+        let in_use: HashSet<String> = containers.iter().map(|c| c.image_ref.clone()).collect();
+        let protected = self.protected(&images).await;
+        let listed: Vec<policy::Listed> = images
+            .iter()
+            .map(|i| policy::Listed { id: i.id.clone(), size: i.size, pinned: i.pinned })
+            .collect();
+        self.records.detect(&listed, &in_use, now);
+        let candidates = self.records.eviction_order(&in_use, &protected);
+        Ok(candidates)
     }
 
     async fn remove(&mut self, id: &str) -> Result<(), String> {
