@@ -707,7 +707,7 @@ async fn container_logs_over_http() {
         ("/containerLogs/default/web", StatusCode::NOT_FOUND, "404 page not found\n"),
         ("/healthz/ping", StatusCode::OK, "ok"),
         ("/healthz?verbose", StatusCode::OK, "[+]ping ok\n[+]log ok\n[+]syncloop ok\nhealthz check passed\n"),
-        ("/pods", StatusCode::NOT_FOUND, "404 page not found\n"),
+        ("/runningpods/", StatusCode::NOT_FOUND, "404 page not found\n"),
     ];
     for (path, status, body) in cases {
         let resp = server.get(&tls, path, None).await.expect("served");
