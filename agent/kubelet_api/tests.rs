@@ -37,6 +37,7 @@ use crate::logs::RecordSink;
 use crate::model::PodKey;
 use crate::model::keys::LOG_DIRECTORY;
 use crate::registry::{PodRecord, Registry};
+use crate::stats::Scope;
 
 fn at(s: &str) -> Timestamp {
     s.parse().expect("valid test time")
@@ -874,6 +875,15 @@ async fn node_info_endpoints() {
     let (status, _) =
         body(api.handle(call(Method::GET, "/stats/summary"), None, CancellationToken::new()).await).await;
     assert_eq!(status, StatusCode::FORBIDDEN, "bob has no nodes/stats");
+    for (query, want) in [
+        (None, Scope::Full),
+        (Some("only_cpu_and_memory=true"), Scope::CpuAndMemory),
+        (Some("a=b&only_cpu_and_memory=1"), Scope::CpuAndMemory),
+        (Some("only_cpu_and_memory=false"), Scope::Full),
+        (Some("only_cpu_and_memory"), Scope::Full),
+    ] {
+        assert_eq!(super::routes::summary_scope(query), want, "{query:?}");
+    }
     let (status, _) =
         body(api.handle(call(Method::POST, "/pods"), None, CancellationToken::new()).await).await;
     assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
