@@ -70,7 +70,7 @@ impl<R: Reviewer> KubeletApi<R> {
         if path == "/healthz" || path.starts_with("/healthz/") {
             return self.healthz(path, parts.uri.query());
         }
-        if let Some(response) = self.info(&parts.method, path).await {
+        if let Some(response) = self.info(&parts.method, path, parts.uri.query()).await {
             return response;
         }
         if let Some(rest) = path.strip_prefix("/containerLogs/") {
@@ -152,8 +152,9 @@ impl<R: Reviewer> KubeletApi<R> {
     }
 
     /// `/stats/summary`, `/metrics/resource`, `/pods` and `/configz`; `None` for other paths.
-    /// GET only (the summary's POST with a filter, deprecated upstream, is not served).
-    async fn info(&self, method: &Method, path: &str) -> Option<Response<Body>> {
+    /// GET only (the summary's POST with a filter, deprecated upstream, is not served). The
+    /// summary's `only_cpu_and_memory=true` leaves out what the kubelet's does (networks, disks).
+    async fn info(&self, method: &Method, path: &str, query: Option<&str>) -> Option<Response<Body>> {
         let path = path.strip_suffix('/').unwrap_or(path);
         if !matches!(path, "/stats/summary" | "/metrics/resource" | "/pods" | "/configz") {
             return None;
@@ -162,7 +163,7 @@ impl<R: Reviewer> KubeletApi<R> {
             return Some(text(StatusCode::METHOD_NOT_ALLOWED, "405: Method Not Allowed"));
         }
         Some(match path {
-            "/stats/summary" => match self.stats.summary(Scope::Full).await {
+            "/stats/summary" => match self.stats.summary(summary_scope(query)).await {
                 Ok(summary) => json(&summary),
                 Err(e) => {
                     warn!(error = %e, "collecting the stats summary failed");
@@ -256,6 +257,16 @@ pub(crate) fn describe(what: &str, user: &User, attrs: &Attributes) -> String {
 
 fn not_found() -> Response<Body> {
     text(StatusCode::NOT_FOUND, "404 page not found\n")
+}
+
+/// The summary's scope from its query: `only_cpu_and_memory=true` (as upstream's `ParseBool`).
+pub(crate) fn summary_scope(query: Option<&str>) -> Scope {
+    let only = query.into_iter().flat_map(|q| q.split('&')).any(|p| {
+        p.split_once('=').is_some_and(|(k, v)| {
+            k == "only_cpu_and_memory" && matches!(v, "1" | "t" | "T" | "true" | "TRUE" | "True")
+        })
+    });
+    if only { Scope::CpuAndMemory } else { Scope::Full }
 }
 
 fn json(value: &impl serde::Serialize) -> Response<Body> {

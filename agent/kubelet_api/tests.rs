@@ -37,6 +37,7 @@ use crate::logs::RecordSink;
 use crate::model::PodKey;
 use crate::model::keys::LOG_DIRECTORY;
 use crate::registry::{PodRecord, Registry};
+use crate::stats::Scope;
 
 fn at(s: &str) -> Timestamp {
     s.parse().expect("valid test time")
@@ -707,7 +708,7 @@ async fn container_logs_over_http() {
         ("/containerLogs/default/web", StatusCode::NOT_FOUND, "404 page not found\n"),
         ("/healthz/ping", StatusCode::OK, "ok"),
         ("/healthz?verbose", StatusCode::OK, "[+]ping ok\n[+]log ok\n[+]syncloop ok\nhealthz check passed\n"),
-        ("/pods", StatusCode::NOT_FOUND, "404 page not found\n"),
+        ("/runningpods/", StatusCode::NOT_FOUND, "404 page not found\n"),
     ];
     for (path, status, body) in cases {
         let resp = server.get(&tls, path, None).await.expect("served");
@@ -874,6 +875,15 @@ async fn node_info_endpoints() {
     let (status, _) =
         body(api.handle(call(Method::GET, "/stats/summary"), None, CancellationToken::new()).await).await;
     assert_eq!(status, StatusCode::FORBIDDEN, "bob has no nodes/stats");
+    for (query, want) in [
+        (None, Scope::Full),
+        (Some("only_cpu_and_memory=true"), Scope::CpuAndMemory),
+        (Some("a=b&only_cpu_and_memory=1"), Scope::CpuAndMemory),
+        (Some("only_cpu_and_memory=false"), Scope::Full),
+        (Some("only_cpu_and_memory"), Scope::Full),
+    ] {
+        assert_eq!(super::routes::summary_scope(query), want, "{query:?}");
+    }
     let (status, _) =
         body(api.handle(call(Method::POST, "/pods"), None, CancellationToken::new()).await).await;
     assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);

@@ -67,9 +67,12 @@ impl Collector {
         let pods: Vec<Pod> = self.registry.pods().into_iter().map(|r| r.pod).filter(active).collect();
         let full = scope == Scope::Full;
         let (container_stats, sandbox_stats, image_fs) =
-            tokio::join!(self.cri.list_container_stats(), self.cri.list_pod_sandbox_stats(), async {
-                if full { Some(self.cri.image_fs_info().await) } else { None }
-            });
+            // The pods' network and the image filesystem only for the whole summary.
+            tokio::join!(
+                self.cri.list_container_stats(),
+                async { if full { self.cri.list_pod_sandbox_stats().await } else { Ok(Vec::new()) } },
+                async { if full { Some(self.cri.image_fs_info().await) } else { None } }
+            );
         let container_stats: HashMap<String, api::ContainerStats> = container_stats?
             .into_iter()
             .filter_map(|s| Some((s.attributes.as_ref()?.id.clone(), s)))
