@@ -446,10 +446,7 @@ pub(crate) async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
     }
     // Image garbage collection starts once the first syncs are done, so the images the node's
     // pods run from are in use when it first looks (the kubelet starts it before its pods).
-    tasks.spawn(
-        "image garbage collection",
-        image_gc.run(cancel.clone()),
-    );
+    tasks.spawn("image garbage collection", image_gc.run(cancel.clone()));
     info!("first sync done; agent ready");
     sup.run(manifests).await;
     tasks.ended(RELIST).await;

@@ -37,7 +37,8 @@ pub struct ImageGc {
 
 impl ImageGc {
     pub fn new(cri: CriClient, registry: Registry, policy: Policy) -> ImageGc {
-        let c = Collector { cri, registry, policy, records: policy::Records::default(), began: Instant::now() };
+        let c =
+            Collector { cri, registry, policy, records: policy::Records::default(), began: Instant::now() };
         ImageGc { collector: Arc::new(tokio::sync::Mutex::new(c)) }
     }
 
@@ -50,7 +51,9 @@ impl ImageGc {
             (c.policy, c.registry.clone())
         };
         if !policy.enabled() {
-            info!("image garbage collection is off (--image-gc-high-threshold 100, no --image-maximum-gc-age)");
+            info!(
+                "image garbage collection is off (--image-gc-high-threshold 100, no --image-maximum-gc-age)"
+            );
             cancel.cancelled().await;
             return;
         }

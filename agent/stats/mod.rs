@@ -125,8 +125,7 @@ impl Collector {
 
         // The host, and the disks (log directories, emptyDir volumes), on the blocking pool.
         let root_dir = self.root_dir.clone();
-        let image_mount =
-            image_fs.as_ref().map(|f| PathBuf::from(&f.mountpoint));
+        let image_mount = image_fs.as_ref().map(|f| PathBuf::from(&f.mountpoint));
         let dirs: Vec<Vec<(String, PathBuf)>> = match full {
             true => pods.iter().map(|p| self.disk_dirs(p)).collect(),
             false => Vec::new(),

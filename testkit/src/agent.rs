@@ -102,6 +102,12 @@ impl AgentCmd {
         if !self.args.iter().any(|a| a.starts_with("--image-gc-high-threshold")) {
             v.extend(["--image-gc-high-threshold".into(), "100".into()]);
         }
+        // No eviction thresholds either, for the same disk: the kubelet's defaults
+        // (nodefs.available<10%, imagefs.available<15%) would put every test agent under disk
+        // pressure once a cold build fills it, refusing and evicting the tests' pods.
+        if !self.args.iter().any(|a| a.starts_with("--eviction-hard")) {
+            v.extend(["--eviction-hard".into(), "".into()]);
+        }
         v.extend(self.args.iter().map(OsString::from));
         v
     }
@@ -252,6 +258,8 @@ mod tests {
                 "bench-node",
                 "--image-gc-high-threshold",
                 "100",
+                "--eviction-hard",
+                "",
                 "--max-pods",
                 "5"
             ]

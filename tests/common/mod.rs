@@ -102,8 +102,9 @@ impl Agent {
         cmd.arg("run").arg("--config").arg(&file).arg("--root-dir").arg(&a.root);
         cmd.arg("--control-socket").arg(&a.socket).arg("--container-logs-dir").arg(a.dir.join("containers"));
         cmd.args(["--node-name", "crilet-test-node"]);
-        // Image garbage collection off, as testkit::AgentCmd has it (the shared containerd).
-        cmd.args(["--image-gc-high-threshold", "100"]);
+        // Image garbage collection and eviction off, as testkit::AgentCmd has them (the shared
+        // containerd's disk).
+        cmd.args(["--image-gc-high-threshold", "100", "--eviction-hard", ""]);
         cmd.env("RUST_LOG", "info,crilet=debug,h2=warn,tower=warn,hyper=warn");
         a.child = Some(testkit::spawn_logged(cmd, &a.log_file, false, false));
         a
