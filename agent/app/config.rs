@@ -621,6 +621,36 @@ impl Settings {
             set("shutdownGracePeriod", json!(go_duration(grace)));
             set("shutdownGracePeriodCriticalPods", json!(go_duration(critical)));
         }
+        let gc = &self.image_gc;
+        set("imageGCHighThresholdPercent", json!(gc.high_percent));
+        set("imageGCLowThresholdPercent", json!(gc.low_percent));
+        set("imageMinimumGCAge", json!(go_duration(gc.min_age)));
+        set("imageMaximumGCAge", json!(go_duration(gc.max_age.unwrap_or_default())));
+        // The eviction maps as the kubelet's configz writes them (signal: "100Mi" / "10%").
+        let value = |v: crilet::eviction::threshold::Value| match v {
+            crilet::eviction::threshold::Value::Amount(a) => a.to_string(),
+            crilet::eviction::threshold::Value::Fraction(f) => format!("{}%", (f64::from(f) * 100.0).round()),
+        };
+        let (mut hard, mut soft, mut grace, mut reclaim) =
+            (serde_json::Map::new(), serde_json::Map::new(), serde_json::Map::new(), serde_json::Map::new());
+        for t in &self.eviction.thresholds {
+            let signal = t.signal.as_str().to_string();
+            if t.is_hard() {
+                hard.insert(signal.clone(), json!(value(t.value)));
+            } else {
+                soft.insert(signal.clone(), json!(value(t.value)));
+                grace.insert(signal.clone(), json!(go_duration(t.grace_period)));
+            }
+            if let Some(r) = t.min_reclaim {
+                reclaim.insert(signal, json!(value(r)));
+            }
+        }
+        set("evictionHard", Value::Object(hard));
+        set("evictionSoft", Value::Object(soft));
+        set("evictionSoftGracePeriod", Value::Object(grace));
+        set("evictionMinimumReclaim", Value::Object(reclaim));
+        set("evictionPressureTransitionPeriod", json!(go_duration(self.eviction.transition_period)));
+        set("evictionMaxPodGracePeriod", json!(self.eviction.max_pod_grace_period.as_secs()));
         match self.metrics_bind_address.as_deref().and_then(|a| a.rsplit_once(':')) {
             Some((host, port)) => {
                 set("healthzBindAddress", json!(host.trim_start_matches('[').trim_end_matches(']')));

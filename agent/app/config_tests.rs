@@ -185,7 +185,9 @@ fn configz_names_the_settings_as_the_kubelet() {
     let dir = tempfile::tempdir().expect("tempdir");
     let yaml = format!(
         "{KUBELET}staticPodPath: /etc/kubernetes/manifests\ncgroupDriver: systemd\nshutdownGracePeriod: 1m30s\n\
-         shutdownGracePeriodCriticalPods: 500ms\nclusterDomain: cluster.local\nclusterDNS: [10.96.0.10]\nhealthzPort: 10300\n"
+         shutdownGracePeriodCriticalPods: 500ms\nclusterDomain: cluster.local\nclusterDNS: [10.96.0.10]\nhealthzPort: 10300\n\
+         imageGCHighThresholdPercent: 90\nevictionHard: {{memory.available: 100Mi, nodefs.available: 7%}}\n\
+         evictionSoft: {{memory.available: 1Gi}}\nevictionSoftGracePeriod: {{memory.available: 1m30s}}\n"
     );
     let s = args_with(&dir, &yaml).resolve().expect("resolves");
     let z = s.configz(crilet::cgroup::CgroupDriver::Systemd);
@@ -199,6 +201,12 @@ fn configz_names_the_settings_as_the_kubelet() {
         ("healthzBindAddress", serde_json::json!("127.0.0.1")),
         ("healthzPort", serde_json::json!(10300)),
         ("enableServer", serde_json::json!(false)),
+        ("imageGCHighThresholdPercent", serde_json::json!(90)),
+        ("imageMinimumGCAge", serde_json::json!("2m0s")),
+        ("evictionHard", serde_json::json!({"memory.available": "104857600", "nodefs.available": "7%"})),
+        ("evictionSoft", serde_json::json!({"memory.available": "1073741824"})),
+        ("evictionSoftGracePeriod", serde_json::json!({"memory.available": "1m30s"})),
+        ("evictionPressureTransitionPeriod", serde_json::json!("5m0s")),
     ] {
         assert_eq!(k[field], want, "{field}: {z}");
     }
