@@ -178,23 +178,15 @@ impl Hierarchy {
     /// `inactive_file`). v2's root cgroup has no `memory.current`: its usage is the host's,
     /// `MemTotal - MemFree` (runc's root stats).
     pub fn memory_working_set(&self, path: &str) -> Result<i64, String> {
-        let (dir, key) = if self.v2 {
-            (self.dir("", path), "inactive_file")
-        } else {
-            (self.dir("memory", path), "total_inactive_file")
-        };
+        let dir = if self.v2 { self.dir("", path) } else { self.dir("memory", path) };
         let usage = if self.v2 && path.trim_matches('/').is_empty() {
             host_memory_used()?
         } else {
             self.memory_usage(path)?
         };
-        let stat = read(&dir.join("memory.stat"))?;
-        let inactive = stat
-            .lines()
-            .find_map(|l| l.strip_prefix(key).and_then(|v| v.strip_prefix(' ')))
-            .and_then(|v| v.trim().parse::<i64>().ok())
-            .unwrap_or(0);
-        Ok((usage - inactive).max(0))
+        // The stats collector's parse of the same file: one reading of inactive_file.
+        let (inactive, ..) = parse_memory_stat(&read(&dir.join("memory.stat"))?, self.v2);
+        Ok((usage - i64::try_from(inactive).unwrap_or(i64::MAX)).max(0))
     }
 
     /// The tasks in the cgroup (`pids.current`), for ranking under PID pressure.
