@@ -17,7 +17,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::cluster::Node;
-use crilet::quantity::Quantity;
+use common::kubectl_top::{top_row, within, working_set};
 use serde_json::Value;
 use testkit::poll_until;
 
@@ -55,47 +55,13 @@ fn metrics_server_get(cluster: &common::cluster::Cluster, url: &str, path: &str)
     (out.status.success(), text)
 }
 
-fn quantity(s: &str) -> Option<f64> {
-    Some(Quantity::parse(s)?.milli_value()? as f64 / 1000.0)
-}
-
-/// A `kubectl top ... --no-headers` row: (cpu in cores, memory in bytes) of the row named `name`
-/// (`pod` rows: NAME CPU MEMORY; `node` rows: NAME CPU CPU% MEMORY MEMORY%).
-fn top_row(out: &str, name: &str) -> Option<(f64, f64)> {
-    let cols: Vec<&str> = out.lines().map(str::split_whitespace).find_map(|mut c| {
-        let row: Vec<&str> = c.by_ref().collect();
-        (row.first() == Some(&name)).then_some(row)
-    })?;
-    let mem = if cols.len() >= 5 { cols[3] } else { cols.get(2)? };
-    Some((quantity(cols.get(1)?)?, quantity(mem)?))
-}
-
-fn read_u64(path: &Path) -> Option<u64> {
-    std::fs::read_to_string(path).ok()?.trim().parse().ok()
-}
-
-fn stat_field(path: &Path, key: &str) -> Option<u64> {
-    std::fs::read_to_string(path)
-        .ok()?
-        .lines()
-        .find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok())
-}
-
 /// The working set of a memory cgroup (`rel` below the hierarchy's root, "" for the root), as
 /// the kubelet computes it: usage less the inactive file cache.
 fn cgroup_working_set(rel: &str) -> Option<u64> {
     let v2 = Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
     let dir =
         if v2 { Path::new("/sys/fs/cgroup").join(rel) } else { Path::new("/sys/fs/cgroup/memory").join(rel) };
-    let (usage, inactive) = if v2 {
-        (read_u64(&dir.join("memory.current"))?, stat_field(&dir.join("memory.stat"), "inactive_file")?)
-    } else {
-        (
-            read_u64(&dir.join("memory.usage_in_bytes"))?,
-            stat_field(&dir.join("memory.stat"), "total_inactive_file")?,
-        )
-    };
-    Some(usage.saturating_sub(inactive))
+    working_set(&dir, v2)
 }
 
 /// The node's working set as cadvisor reads it: the root memory cgroup's on v1; on v2 (no
@@ -115,10 +81,6 @@ fn node_working_set() -> Option<u64> {
 /// The pod cgroup of a Burstable pod (cgroupfs driver, the host's).
 fn pod_working_set(uid: &str) -> Option<u64> {
     cgroup_working_set(&format!("kubepods/burstable/pod{uid}"))
-}
-
-fn within(a: f64, b: f64, frac: f64) -> bool {
-    (a - b).abs() <= frac * b.max(1.0)
 }
 
 fn deployment(node: &Node, ctl: &Path) -> String {

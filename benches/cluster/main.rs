@@ -41,6 +41,9 @@ mod scenarios;
 mod security;
 mod shared;
 mod top;
+// `kubectl top` rows and cgroup working sets, as tests/top.rs reads them.
+#[path = "../../tests/common/kubectl_top.rs"]
+mod kubectl_top;
 
 use std::collections::HashMap;
 use std::path::PathBuf;

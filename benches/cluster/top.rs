@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use crate::Env;
 use crate::agents::Kind;
+use crate::kubectl_top::{top_row, within, working_set};
 
 /// The check's namespace.
 pub const NS: &str = "bench-top";
@@ -107,30 +108,6 @@ spec:
     )
 }
 
-fn quantity(s: &str) -> Option<f64> {
-    Some(crilet::quantity::Quantity::parse(s)?.milli_value()? as f64 / 1000.0)
-}
-
-/// (cpu cores, memory bytes) of the `kubectl top ... --no-headers` row named `name`.
-fn top_row(out: &str, name: &str) -> Option<(f64, f64)> {
-    let cols: Vec<&str> =
-        out.lines().map(|l| l.split_whitespace().collect::<Vec<_>>()).find(|c| c.first() == Some(&name))?;
-    let mem = if cols.len() >= 5 { cols[3] } else { cols.get(2)? };
-    Some((quantity(cols.get(1)?)?, quantity(mem)?))
-}
-
-fn read_u64(p: &Path) -> Option<u64> {
-    std::fs::read_to_string(p).ok()?.trim().parse().ok()
-}
-
-/// A v1 memory cgroup's working set (usage less total_inactive_file).
-fn working_set(dir: &Path) -> Option<u64> {
-    let stat = std::fs::read_to_string(dir.join("memory.stat")).ok()?;
-    let inactive =
-        stat.lines().find_map(|l| l.strip_prefix("total_inactive_file ")?.trim().parse::<u64>().ok())?;
-    Some(read_u64(&dir.join("memory.usage_in_bytes"))?.saturating_sub(inactive))
-}
-
 /// The pod cgroup `pod<uid>` wherever the agent's cgroup root puts it (v1 memory hierarchy).
 fn pod_cgroup(uid: &str) -> Option<PathBuf> {
     let mut stack = vec![(PathBuf::from("/sys/fs/cgroup/memory"), 0)];
@@ -149,10 +126,6 @@ fn pod_cgroup(uid: &str) -> Option<PathBuf> {
         }
     }
     None
-}
-
-fn within(a: f64, b: f64) -> bool {
-    (a - b).abs() <= 0.10 * b.max(1.0)
 }
 
 async fn poll<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
@@ -189,7 +162,7 @@ pub async fn check(k: &Kubectl, env: &Env, kind: Kind) -> Vec<(String, String)> 
     let pod = poll(Duration::from_secs(120), || {
         let (ok, out) = k.run(&["-n", NS, "top", "pod", "--no-headers"], None);
         let (cpu, mem) = ok.then(|| top_row(&out, &name)).flatten()?;
-        (cpu > 0.5).then_some((cpu, mem, cgroup.as_deref().and_then(working_set)?))
+        (cpu > 0.5).then_some((cpu, mem, cgroup.as_deref().and_then(|d| working_set(d, false))?))
     })
     .await;
     match pod {
@@ -197,7 +170,7 @@ pub async fn check(k: &Kubectl, env: &Env, kind: Kind) -> Vec<(String, String)> 
             row("top pod: cpu > 0.5 core", "yes".into());
             row(
                 "top pod: memory within 10 % of the pod cgroup's working set",
-                within(mem, ws as f64).to_string(),
+                within(mem, ws as f64, 0.10).to_string(),
             );
             eprintln!("  top pod {name}: {cpu} cores, {mem} B; pod cgroup working set {ws} B");
         }
@@ -208,13 +181,13 @@ pub async fn check(k: &Kubectl, env: &Env, kind: Kind) -> Vec<(String, String)> 
         ok.then(|| top_row(&out, kind.node())).flatten()
     })
     .await;
-    let root = working_set(Path::new("/sys/fs/cgroup/memory"));
+    let root = working_set(Path::new("/sys/fs/cgroup/memory"), false);
     match (node, root) {
         (Some((cpu, mem)), Some(ws)) => {
             row("top node: cpu > 0.5 core", (cpu > 0.5).to_string());
             row(
                 "top node: memory within 10 % of the root cgroup's working set",
-                within(mem, ws as f64).to_string(),
+                within(mem, ws as f64, 0.10).to_string(),
             );
         }
         _ => row("top node", format!("no answer ({node:?}, root working set {root:?})")),

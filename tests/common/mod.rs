@@ -7,6 +7,7 @@ pub mod cluster;
 pub mod corpus;
 pub mod cri_proxy;
 pub mod guest;
+pub mod kubectl_top;
 pub mod traffic;
 
 use std::os::unix::fs::PermissionsExt;
