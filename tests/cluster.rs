@@ -1198,3 +1198,90 @@ async fn api_requests_and_events_keep_to_their_rate_limits() {
     let over = most_over_limit(&sent_events, 1.0, 1.0);
     assert!(over <= 1.0, "Events beyond 1/s (burst 1) by {over}: {requests:#?}");
 }
+
+const IMAGE_PATCHED: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: patched
+  labels: {test-pod-static: "true"}
+spec:
+  nodeName: ${NODE}
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: app
+    image: ${CRILET_IMAGE_WEB_V1}
+"#;
+
+/// Upstream's "Pods should run through the lifecycle of Pods and PodStatus" patches a running
+/// pod's image and label, then reads its status at once expecting Ready and ContainersReady
+/// both True. A pod without readiness gates gets the kubelet's readiness: Ready is
+/// ContainersReady, the old container counting as ready until it stops, through the whole
+/// in-place restart (crilet once wrote Ready=False beside ContainersReady=True at once, its own
+/// `InPlaceUpdateReady` condition holding it, which no kubelet does for such a pod).
+#[tokio::test]
+async fn an_api_pods_image_patch_keeps_the_kubelets_readiness() {
+    use std::io::BufRead;
+    let node = Node::start("image_patch", 10300, &[]).await;
+    node.wait_ready().await;
+    node.apply(&render(&node, IMAGE_PATCHED));
+    node.wait_pod("patched", "Running and Ready", Duration::from_secs(90), |p| {
+        phase(p) == "Running" && api_condition(p, "Ready") == Some("True")
+    })
+    .await;
+
+    // Every status the API holds from here on, one line each: Ready, ContainersReady, whether an
+    // InPlaceUpdateReady condition is there, the container's image ID.
+    let template = r#"{.metadata.resourceVersion} {.status.conditions[?(@.type=="Ready")].status} {.status.conditions[?(@.type=="ContainersReady")].status} [{.status.conditions[?(@.type=="InPlaceUpdateReady")].status}] {.status.containerStatuses[0].imageID}{"\n"}"#;
+    let mut watch = std::process::Command::new(node.cluster.get("CRILET_KUBECTL"))
+        .arg("--kubeconfig")
+        .arg(node.cluster.get("CRILET_CLUSTER_KUBECONFIG"))
+        .args(["-n", &node.namespace, "get", "pod", "patched", "--watch", "-o"])
+        .arg(format!("jsonpath={template}"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("kubectl get --watch");
+    let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let out = watch.stdout.take().expect("watch stdout");
+    let sink = lines.clone();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            sink.lock().unwrap().push(line);
+        }
+    });
+    wait_for("the watch's first line", Duration::from_secs(30), || async {
+        (!lines.lock().unwrap().is_empty()).then_some(())
+    })
+    .await;
+    let v1_id = lines.lock().unwrap()[0].rsplit(' ').next().unwrap_or_default().to_string();
+
+    let patch = serde_json::json!({
+        "metadata": {"labels": {"test-pod": "patched"}},
+        "spec": {"containers": [{"name": "app", "image": node.agent.env.get("CRILET_IMAGE_WEB_V2")}]},
+    })
+    .to_string();
+    let (ok, _, err) = node.kubectl(&["patch", "pod", "patched", "--type", "strategic", "-p", &patch]);
+    assert!(ok, "kubectl patch: {err}");
+    let settled = wait_for("the new image running and Ready", Duration::from_secs(60), || async {
+        let seen = lines.lock().unwrap().clone();
+        seen.iter()
+            .any(|l| l.contains(" True True ") && !l.ends_with(' ') && !l.ends_with(&v1_id))
+            .then_some(seen)
+    })
+    .await;
+    let _ = watch.kill();
+    let _ = watch.wait();
+    for line in &settled {
+        let f: Vec<&str> = line.split(' ').collect();
+        assert_eq!(f.get(1), f.get(2), "Ready differs from ContainersReady in {line:?}: {settled:#?}");
+        assert_eq!(
+            f.get(3),
+            Some(&"[]"),
+            "an InPlaceUpdateReady condition on a pod without the gate: {settled:#?}"
+        );
+    }
+    let restarts =
+        node.api_pod("patched").and_then(|p| api_cstatus(&p, "app").map(|c| c["restartCount"].clone()));
+    assert_eq!(restarts, Some(Value::from(1)), "restarted once, in place");
+}

@@ -86,31 +86,68 @@ impl UpdateState {
 /// The conditions a pod's status is computed from: the external ones (readiness gates set from
 /// outside) with crilet's own `InPlaceUpdateReady` folded in.
 /// - A static pod's `InPlaceUpdateReady` is crilet's: its condition replaces any other.
-/// - An API pod's belongs to a controller (OpenKruise sets it False before it patches an image
-///   and True once its completion check passed): the controller's condition stands as it is.
+/// - An API pod that declares `InPlaceUpdateReady` as a readiness gate (OpenKruise's pods): the
+///   condition belongs to the controller (OpenKruise sets it False before it patches an image and
+///   True once its completion check passed), and the controller's condition stands as it is.
 ///   crilet only holds the pod unready while its own update is under way (a False of its own
 ///   where the controller has none or a True), and says nothing once its update is done, so a
 ///   finished update never hides the controller's next False.
+/// - An API pod without that gate gets the kubelet's readiness: crilet adds nothing, and Ready
+///   stays True while the old container still runs (as upstream; a client that reads the pod
+///   right after patching its image sees it still ready).
 pub fn with_own_condition(
     mut external: Vec<PodCondition>,
     own: Option<&UpdateState>,
-    api_pod: bool,
+    owner: Owner,
 ) -> Vec<PodCondition> {
-    if !api_pod {
-        if let Some(u) = own {
-            external.retain(|c| c.type_ != CONDITION);
-            external.push(u.condition());
+    match owner {
+        Owner::Crilet => {
+            if let Some(u) = own {
+                external.retain(|c| c.type_ != CONDITION);
+                external.push(u.condition());
+            }
         }
-        return external;
-    }
-    if let Some(u) = own.filter(|u| !u.done) {
-        match external.iter_mut().find(|c| c.type_ == CONDITION) {
-            Some(c) if c.status == "False" => {}
-            Some(c) => *c = u.condition(),
-            None => external.push(u.condition()),
+        Owner::Controller => {
+            if let Some(u) = own.filter(|u| !u.done) {
+                match external.iter_mut().find(|c| c.type_ == CONDITION) {
+                    Some(c) if c.status == "False" => {}
+                    Some(c) => *c = u.condition(),
+                    None => external.push(u.condition()),
+                }
+            }
         }
+        Owner::Nobody => {}
     }
     external
+}
+
+/// Whose `InPlaceUpdateReady` a pod's readiness follows (see `with_own_condition`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Owner {
+    /// A static pod: crilet's (DESIGN "Updates").
+    Crilet,
+    /// An API pod with the readiness gate: its controller's (OpenKruise).
+    Controller,
+    /// An API pod without the gate: nobody's; readiness is the containers' alone.
+    Nobody,
+}
+
+impl Owner {
+    pub fn of(pod: &Pod, api_pod: bool) -> Owner {
+        let gated = || {
+            pod.spec
+                .as_ref()
+                .and_then(|s| s.readiness_gates.as_ref())
+                .is_some_and(|g| g.iter().any(|g| g.condition_type == CONDITION))
+        };
+        if !api_pod {
+            Owner::Crilet
+        } else if gated() {
+            Owner::Controller
+        } else {
+            Owner::Nobody
+        }
+    }
 }
 
 fn spec_containers(pod: &Pod) -> Vec<&Container> {
@@ -395,68 +432,97 @@ mod tests {
         let ours_false = (CONDITION.to_string(), "False".to_string(), Some("InPlaceUpdating".to_string()));
         let ours_true = (CONDITION.to_string(), "True".to_string(), None);
         let kruise = ("KruisePodReady".to_string(), "True".to_string(), None);
-        // (name, external, own, api pod, want)
+        // (name, external, own, whose condition, want)
         let cases: Vec<(
             &str,
             Vec<PodCondition>,
             Option<&UpdateState>,
-            bool,
+            Owner,
             Vec<(String, String, Option<String>)>,
         )> = vec![
             (
                 "static pod: crilet's condition replaces any",
                 vec![cond("False", "X")],
                 Some(&done),
-                false,
+                Owner::Crilet,
                 vec![ours_true.clone()],
             ),
-            ("static pod under way", vec![], Some(&under_way), false, vec![ours_false.clone()]),
+            ("static pod under way", vec![], Some(&under_way), Owner::Crilet, vec![ours_false.clone()]),
             (
                 "static pod, no update: as given",
                 vec![cond("True", "X")],
                 None,
-                false,
+                Owner::Crilet,
                 vec![inplace("True", "X")],
             ),
             (
                 "API pod: the controller's False stands while crilet updates",
                 vec![gate.clone(), cond("False", "Kruise")],
                 Some(&under_way),
-                true,
+                Owner::Controller,
                 vec![kruise.clone(), inplace("False", "Kruise")],
             ),
             (
                 "API pod: crilet's finished update never turns the controller's False True",
                 vec![cond("False", "Kruise")],
                 Some(&done),
-                true,
+                Owner::Controller,
                 vec![inplace("False", "Kruise")],
             ),
             (
                 "API pod: the controller's True is held False while crilet updates",
                 vec![cond("True", "Kruise")],
                 Some(&under_way),
-                true,
+                Owner::Controller,
                 vec![ours_false.clone()],
             ),
             (
-                "API pod without a controller's condition, under way",
+                "gated API pod without the controller's condition yet, under way",
                 vec![],
                 Some(&under_way),
-                true,
+                Owner::Controller,
                 vec![ours_false],
             ),
             (
-                "API pod without a controller's condition, done: nothing added",
+                "API pod without the gate, under way: the kubelet's readiness, nothing added",
+                vec![gate.clone()],
+                Some(&under_way),
+                Owner::Nobody,
+                vec![kruise.clone()],
+            ),
+            (
+                "gated API pod without the controller's condition, done: nothing added",
                 vec![gate],
                 Some(&done),
-                true,
+                Owner::Controller,
                 vec![kruise],
             ),
         ];
         for (name, external, own, api, want) in cases {
             assert_eq!(view(with_own_condition(external, own, api)), want, "{name}");
         }
+    }
+
+    /// Only a static pod's condition is crilet's; an API pod's only when it declares the gate.
+    #[test]
+    fn owners() {
+        let pod = |gates: &[&str]| Pod {
+            spec: Some(k8s_openapi::api::core::v1::PodSpec {
+                readiness_gates: Some(
+                    gates
+                        .iter()
+                        .map(|g| k8s_openapi::api::core::v1::PodReadinessGate { condition_type: (*g).into() })
+                        .collect(),
+                ),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(Owner::of(&pod(&[]), false), Owner::Crilet, "static");
+        assert_eq!(Owner::of(&pod(&[CONDITION]), false), Owner::Crilet, "static, gated");
+        assert_eq!(Owner::of(&pod(&["other", CONDITION]), true), Owner::Controller, "OpenKruise's pod");
+        assert_eq!(Owner::of(&pod(&["other"]), true), Owner::Nobody, "another gate only");
+        assert_eq!(Owner::of(&Pod::default(), true), Owner::Nobody, "no spec");
     }
 
     #[test]

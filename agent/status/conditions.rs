@@ -44,6 +44,9 @@ pub(crate) struct Input<'a> {
     pub now: Timestamp,
     /// A RestartAllContainers is under way (see `containers::Ctx::restarting_all`).
     pub restarting_all: bool,
+    /// `InPlaceUpdateReady` counts for Ready without being a readiness gate: a static pod's,
+    /// crilet's own (DESIGN "Updates"). An API pod's counts only as a gate, as upstream.
+    pub in_place_counts: bool,
 }
 
 /// A condition without times (they are filled in by `conditions`).
@@ -222,7 +225,8 @@ fn ready(input: &Input, containers_ready: &Cond) -> Cond {
     }
     let gates = input.pod.spec.as_ref().and_then(|s| s.readiness_gates.as_deref()).unwrap_or_default();
     let mut types: Vec<&str> = gates.iter().map(|g| g.condition_type.as_str()).collect();
-    if input.external.iter().any(|c| c.type_ == IN_PLACE_UPDATE_READY)
+    if input.in_place_counts
+        && input.external.iter().any(|c| c.type_ == IN_PLACE_UPDATE_READY)
         && !types.contains(&IN_PLACE_UPDATE_READY)
     {
         types.push(IN_PLACE_UPDATE_READY);

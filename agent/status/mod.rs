@@ -95,6 +95,7 @@ pub fn compute(input: &StatusInput) -> PodStatus {
         previous,
         now: input.now,
         restarting_all: ctx.restarting_all,
+        in_place_counts: !input.desired.source.is_api(),
     });
 
     // Reason and message belong to the phase: kept while it does not change (R9.4).

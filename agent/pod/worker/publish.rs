@@ -37,7 +37,8 @@ impl Worker {
             }
         }
         let api_pod = self.desired.source.is_api();
-        let mut external = update::with_own_condition(external, self.saved.update.as_ref(), api_pod);
+        let owner = update::Owner::of(&self.desired.pod, api_pod);
+        let mut external = update::with_own_condition(external, self.saved.update.as_ref(), owner);
         external
             .retain(|c| c.type_ != crate::pod::resize::PENDING && c.type_ != crate::pod::resize::IN_PROGRESS);
         external.extend(self.resize_conditions());

@@ -182,6 +182,23 @@ fn condition_cases() {
     }
 }
 
+/// An API pod's `InPlaceUpdateReady` counts for Ready only as a readiness gate, as upstream;
+/// a static pod's is crilet's and counts without one (the table above).
+#[test]
+fn an_api_pods_in_place_condition_counts_only_as_a_gate() {
+    for (name, desired, want_ready) in [
+        ("no gate: the containers' readiness", pod().app("a"), true),
+        ("gated: the gate's", pod().app("a").gate("InPlaceUpdateReady"), false),
+    ] {
+        let mut desired = desired.build();
+        desired.source = crate::model::PodSource::Api { node: "n1".into() };
+        let seen = observed().sandbox_ready("10.0.0.2").running("a").build();
+        let status = run(&desired, &seen, &none().external("InPlaceUpdateReady", "False"));
+        let ready = status.conditions.iter().flatten().find(|c| c.type_ == "Ready").expect("Ready");
+        assert_eq!(ready.status == "True", want_ready, "{name}: {ready:?}");
+    }
+}
+
 #[test]
 fn ready_to_start_containers_cases() {
     let cases = [
