@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, RwLock};
 
-use k8s_openapi::api::core::v1::{Pod, PodCondition};
+use k8s_openapi::api::core::v1::{NodeCondition, Pod, PodCondition};
 use tokio::sync::{Notify, broadcast, watch};
 
 use crate::model::PodKey;
@@ -40,16 +40,22 @@ pub struct Event {
     pub count: u32,
 }
 
-/// An event about the node itself (image garbage collection's), which the kubelet records on
-/// its Node object; logged, kept in a short ring and, in cluster mode, sent as an Event on the
-/// Node.
+/// An event about the node itself (image garbage collection's, the eviction manager's and the
+/// pressure conditions' transitions), which the kubelet records on its Node object; kept in a
+/// short ring (`crilet events` shows them as `Node/<name>`) and, in cluster mode, sent as an
+/// Event on the Node.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeEvent {
+    /// The newest occurrence, and the first of the repeats counted in `count`.
     pub time: jiff::Timestamp,
+    pub first_time: jiff::Timestamp,
     /// `Normal` or `Warning`.
     pub kind: &'static str,
     pub reason: String,
     pub message: String,
+    /// How many times it happened (the eviction manager's `EvictionThresholdMet` repeats every
+    /// cycle under pressure; a repeat counts, as the kubelet's event correlator does).
+    pub count: u32,
 }
 
 /// How many node events the agent keeps in memory.
@@ -94,6 +100,8 @@ struct Inner {
     event_tx: broadcast::Sender<Event>,
     node_events: Mutex<VecDeque<NodeEvent>>,
     node_event_tx: broadcast::Sender<NodeEvent>,
+    /// The node's pressure conditions, as the eviction manager last set them.
+    node_conditions: Mutex<Vec<NodeCondition>>,
     /// Conditions set from outside (readiness gates), by pod.
     external_conditions: RwLock<BTreeMap<PodKey, Vec<PodCondition>>>,
     /// Pod workers to wake when an outside condition of their pod changes.
@@ -129,6 +137,7 @@ impl Default for Registry {
                 event_tx,
                 node_events: Mutex::default(),
                 node_event_tx,
+                node_conditions: Mutex::default(),
                 external_conditions: RwLock::default(),
                 wakers: Mutex::default(),
                 runtime: Mutex::default(),
@@ -287,16 +296,38 @@ impl Registry {
         let _ = self.inner.event_tx.send(ev);
     }
 
-    /// Records an event about the node (not about a pod).
+    /// Records an event about the node (not about a pod). A repeat of one already kept (same
+    /// type, reason and message) bumps its count and time and moves it last: the node's
+    /// repeated events (`EvictionThresholdMet` every cycle) interleave with others.
     pub fn record_node(&self, kind: &'static str, reason: &str, message: String) {
-        let ev = NodeEvent { time: jiff::Timestamp::now(), kind, reason: reason.to_string(), message };
+        let now = jiff::Timestamp::now();
+        let mut ev =
+            NodeEvent { time: now, first_time: now, kind, reason: reason.to_string(), message, count: 1 };
         if let Ok(mut events) = self.inner.node_events.lock() {
-            if events.len() >= NODE_EVENT_CAPACITY {
+            let same = |e: &NodeEvent| e.kind == ev.kind && e.reason == ev.reason && e.message == ev.message;
+            if let Some(i) = events.iter().rposition(same) {
+                let mut last = events.remove(i).unwrap_or_else(|| ev.clone());
+                last.count += 1;
+                last.time = now;
+                ev = last;
+            } else if events.len() >= NODE_EVENT_CAPACITY {
                 events.pop_front();
             }
             events.push_back(ev.clone());
         }
         let _ = self.inner.node_event_tx.send(ev);
+    }
+
+    /// Sets the node's pressure conditions (the eviction manager, every cycle).
+    pub fn set_node_conditions(&self, conditions: Vec<NodeCondition>) {
+        if let Ok(mut c) = self.inner.node_conditions.lock() {
+            *c = conditions;
+        }
+    }
+
+    /// The node's pressure conditions (empty until the eviction manager first sets them).
+    pub fn node_conditions(&self) -> Vec<NodeCondition> {
+        self.inner.node_conditions.lock().map(|c| c.clone()).unwrap_or_default()
     }
 
     /// The node's events so far, oldest first.
@@ -428,6 +459,34 @@ impl Registry {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A repeated node event counts and moves last; a different message or type is a new one.
+    #[test]
+    fn node_event_repeats_count_and_move_last() {
+        // (recorded: type, reason, message) -> the ring: (reason, message, count), oldest first
+        let cases: Vec<(Vec<(&'static str, &str, &str)>, Vec<(&str, &str, u32)>)> = vec![
+            (vec![("Warning", "A", "m")], vec![("A", "m", 1)]),
+            (vec![("Warning", "A", "m"), ("Warning", "A", "m")], vec![("A", "m", 2)]),
+            (
+                vec![("Warning", "A", "m"), ("Normal", "B", "n"), ("Warning", "A", "m")],
+                vec![("B", "n", 1), ("A", "m", 2)],
+            ),
+            (vec![("Warning", "A", "m"), ("Warning", "A", "other")], vec![("A", "m", 1), ("A", "other", 1)]),
+            (vec![("Warning", "A", "m"), ("Normal", "A", "m")], vec![("A", "m", 1), ("A", "m", 1)]),
+        ];
+        for (i, (recorded, want)) in cases.into_iter().enumerate() {
+            let registry = Registry::default();
+            for (kind, reason, message) in recorded {
+                registry.record_node(kind, reason, message.to_string());
+            }
+            let got: Vec<(String, String, u32)> =
+                registry.node_events().into_iter().map(|e| (e.reason, e.message, e.count)).collect();
+            let want: Vec<(String, String, u32)> =
+                want.into_iter().map(|(r, m, c)| (r.to_string(), m.to_string(), c)).collect();
+            assert_eq!(got, want, "case {i}");
+            assert!(registry.node_events().iter().all(|e| e.first_time <= e.time), "case {i}");
+        }
+    }
 
     /// A put that changes nothing wakes no reader and keeps the revision; one that changes the
     /// record does both; a removal wakes readers too.

@@ -98,8 +98,11 @@ async fn wait_updated(a: &Agent, pod: &str, c: &str, n: u64, limit: Duration) ->
 /// The agent's events for one pod, oldest first.
 async fn events(a: &Agent, ns: &str, pod: &str) -> Vec<proto::Event> {
     let Ok(mut client) = crilet::api::connect(&a.socket).await else { return Vec::new() };
-    let req =
-        ListEventsRequest { pod: Some(PodRef { namespace: ns.into(), name: pod.into() }), watch: false };
+    let req = ListEventsRequest {
+        pod: Some(PodRef { namespace: ns.into(), name: pod.into() }),
+        watch: false,
+        node: false,
+    };
     let Ok(resp) = client.list_events(req).await else { return Vec::new() };
     let mut stream = resp.into_inner();
     let mut out = Vec::new();

@@ -29,6 +29,8 @@ pub struct RuntimeInfo {
     pub api_version: String,
     /// The PLEG's live mode (events or relist) and event count.
     pub pleg: std::sync::Arc<crate::pleg::PlegState>,
+    /// The node's name (`--node-name`): the object of the node's events.
+    pub node_name: String,
 }
 
 /// Why the control API could not be served or reached.

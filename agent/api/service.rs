@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Pod, PodCondition};
+use k8s_openapi::api::core::v1::{NodeCondition, Pod, PodCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::mpsc;
@@ -16,7 +16,7 @@ use tracing::warn;
 use super::RuntimeInfo;
 use crate::model::PodKey;
 use crate::proto::{self, control_server::Control};
-use crate::registry::{Event, PodRecord, Registry, RuntimeHealth};
+use crate::registry::{Event, NodeEvent, PodRecord, Registry, RuntimeHealth};
 
 /// Conditions the agent computes itself; an outside controller may not set them.
 const AGENT_OWNED: [&str; 6] = [
@@ -131,6 +131,43 @@ fn event_to_proto(e: &Event) -> proto::Event {
         message: e.message.clone(),
         count: e.count,
         first_time: e.first_time.to_string(),
+        object_kind: String::new(),
+    }
+}
+
+/// A node event on the wire: about `Node/<node>`.
+fn node_event_to_proto(e: &NodeEvent, node: &str) -> proto::Event {
+    proto::Event {
+        time: e.time.to_string(),
+        r#type: e.kind.to_string(),
+        reason: e.reason.clone(),
+        object: node.to_string(),
+        message: e.message.clone(),
+        count: e.count,
+        first_time: e.first_time.to_string(),
+        object_kind: "Node".into(),
+    }
+}
+
+/// The next node event, or never without a node subscription.
+async fn recv_node(
+    rx: &mut Option<tokio::sync::broadcast::Receiver<NodeEvent>>,
+) -> Result<NodeEvent, RecvError> {
+    match rx {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+fn node_condition_to_proto(c: &NodeCondition) -> proto::NodeCondition {
+    let time = |t: &Option<Time>| t.as_ref().map(|t| t.0.to_string()).unwrap_or_default();
+    proto::NodeCondition {
+        r#type: c.type_.clone(),
+        status: c.status.clone(),
+        reason: c.reason.clone().unwrap_or_default(),
+        message: c.message.clone().unwrap_or_default(),
+        last_heartbeat_time: time(&c.last_heartbeat_time),
+        last_transition_time: time(&c.last_transition_time),
     }
 }
 
@@ -212,12 +249,21 @@ impl Control for ControlService {
     ) -> Result<Response<Self::ListEventsStream>, Status> {
         let request = request.into_inner();
         let filter = request.pod.map(|p| pod_key(Some(p))).transpose()?;
+        let node = (request.node && filter.is_none()).then(|| self.runtime.node_name.clone());
         // Subscribe before reading the backlog so that no event falls between the two.
         let mut live = request.watch.then(|| self.registry.subscribe());
+        let mut live_node = (request.watch && node.is_some()).then(|| self.registry.subscribe_node());
         let mut backlog = self.registry.events(filter.as_ref());
+        let node_backlog = if node.is_some() { self.registry.node_events() } else { Vec::new() };
         let (tx, rx) = mpsc::channel(64);
         let cancel = self.cancel.clone();
         tokio::spawn(async move {
+            let node = node.unwrap_or_default();
+            for e in &node_backlog {
+                if tx.send(Ok(node_event_to_proto(e, &node))).await.is_err() {
+                    return;
+                }
+            }
             for e in &backlog {
                 if tx.send(Ok(event_to_proto(e))).await.is_err() {
                     return;
@@ -228,6 +274,20 @@ impl Control for ControlService {
                 let e = tokio::select! {
                     () = cancel.cancelled() => return,
                     () = tx.closed() => return,
+                    // A node event (its repeats too: the client shows the newer count).
+                    e = recv_node(&mut live_node) => match e {
+                        Ok(e) => {
+                            if tx.send(Ok(node_event_to_proto(&e, &node))).await.is_err() {
+                                return;
+                            }
+                            continue;
+                        }
+                        Err(RecvError::Lagged(skipped)) => {
+                            warn!(skipped, "a node event watcher fell behind; skipping events");
+                            continue;
+                        }
+                        Err(RecvError::Closed) => return,
+                    },
                     e = live.recv() => match e {
                         Ok(e) => e,
                         Err(RecvError::Lagged(skipped)) => {
@@ -255,6 +315,19 @@ impl Control for ControlService {
             }
         });
         Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    async fn get_node(
+        &self,
+        _: Request<proto::GetNodeRequest>,
+    ) -> Result<Response<proto::GetNodeResponse>, Status> {
+        let node = &self.runtime.node_name;
+        Ok(Response::new(proto::GetNodeResponse {
+            name: node.clone(),
+            conditions: self.registry.node_conditions().iter().map(node_condition_to_proto).collect(),
+            events: self.registry.node_events().iter().map(|e| node_event_to_proto(e, node)).collect(),
+            runtime: Some(health_to_proto(&self.registry.runtime_health())),
+        }))
     }
 
     async fn set_condition(

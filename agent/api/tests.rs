@@ -57,6 +57,7 @@ async fn serves_over_a_private_socket() {
         version: "1.6.20".into(),
         api_version: "v1".into(),
         pleg: Default::default(),
+        node_name: "n1".into(),
     };
     let server = tokio::spawn(serve(path.clone(), registry.clone(), runtime, cancel.clone()));
 
@@ -124,8 +125,11 @@ async fn serves_over_a_private_socket() {
     );
 
     // A watch sends the backlog, then new events; cancelling the server ends it.
-    let mut watch =
-        client.list_events(ListEventsRequest { pod: web(), watch: true }).await.expect("watch").into_inner();
+    let mut watch = client
+        .list_events(ListEventsRequest { pod: web(), watch: true, node: false })
+        .await
+        .expect("watch")
+        .into_inner();
     let mut backlog = Vec::new();
     for _ in 0..3 {
         backlog.push(watch.message().await.expect("stream ok").expect("backlog event").reason);
@@ -134,6 +138,56 @@ async fn serves_over_a_private_socket() {
     registry.record("Warning", &key, Some("app"), "Unhealthy", "Readiness probe failed".into());
     let next = watch.message().await.expect("stream ok").expect("live event");
     assert_eq!((next.r#type.as_str(), next.reason.as_str()), ("Warning", "Unhealthy"));
+
+    // The node's events and conditions: only when asked, about Node/n1.
+    registry.record_node("Warning", "EvictionThresholdMet", "Attempting to reclaim memory".into());
+    let (conditions, _) = crate::eviction::conditions::pressure_conditions(
+        &[crate::eviction::Condition::MemoryPressure].into_iter().collect(),
+        &[],
+        jiff::Timestamp::now(),
+    );
+    registry.set_node_conditions(conditions);
+    let mut all = client
+        .list_events(ListEventsRequest { pod: None, watch: true, node: true })
+        .await
+        .expect("list")
+        .into_inner();
+    let first = all.message().await.expect("stream ok").expect("the node event first");
+    let got = (first.object_kind.as_str(), first.object.as_str(), first.reason.as_str(), first.count);
+    assert_eq!(got, ("Node", "n1", "EvictionThresholdMet", 1));
+    let mut pods_only = client
+        .list_events(ListEventsRequest { pod: None, watch: false, node: false })
+        .await
+        .expect("list")
+        .into_inner();
+    while let Some(e) = pods_only.message().await.expect("stream ok") {
+        assert_eq!(e.object_kind, "", "no node event unless asked: {e:?}");
+    }
+    registry.record_node("Warning", "EvictionThresholdMet", "Attempting to reclaim memory".into());
+    let repeat = loop {
+        let e = all.message().await.expect("stream ok").expect("event");
+        if e.object_kind == "Node" {
+            break e;
+        }
+    };
+    assert_eq!((repeat.reason.as_str(), repeat.count), ("EvictionThresholdMet", 2), "a repeat comes live");
+    let node = client.get_node(proto::GetNodeRequest {}).await.expect("get node").into_inner();
+    assert_eq!(node.name, "n1");
+    let conditions: Vec<(&str, &str, &str)> =
+        node.conditions.iter().map(|c| (c.r#type.as_str(), c.status.as_str(), c.reason.as_str())).collect();
+    assert_eq!(
+        conditions,
+        [
+            ("MemoryPressure", "True", "KubeletHasInsufficientMemory"),
+            ("DiskPressure", "False", "KubeletHasNoDiskPressure"),
+            ("PIDPressure", "False", "KubeletHasSufficientPID")
+        ]
+    );
+    assert!(node.conditions.iter().all(|c| c.last_transition_time.parse::<jiff::Timestamp>().is_ok()));
+    assert_eq!(
+        node.events.iter().map(|e| (e.reason.as_str(), e.count)).collect::<Vec<_>>(),
+        [("EvictionThresholdMet", 2)]
+    );
 
     cancel.cancel();
     let ended =

@@ -272,6 +272,7 @@ pub(crate) async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
             version: runtime.version.clone(),
             api_version: runtime.api_version.clone(),
             pleg: pleg_state.clone(),
+            node_name: s.node_name.clone(),
         };
         let path = s.control_socket.clone();
         let registry = registry.clone();
@@ -456,6 +457,9 @@ pub(crate) async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
 }
 
 /// The eviction manager's disk reclaim: unused images, as the kubelet's `DeleteUnusedImages`.
+/// The eviction manager's node-level disk reclaim: image garbage collection's
+/// `DeleteUnusedImages` (the kubelet also deletes every dead container first; crilet's pods keep
+/// their newest dead instance, see README).
 struct DiskReclaim(crilet::images::ImageGc);
 
 impl crilet::eviction::Reclaim for DiskReclaim {

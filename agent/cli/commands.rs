@@ -13,7 +13,9 @@ use super::events::EventView;
 use super::output::{pod_list, to_json, to_yaml};
 use super::pods::{pod_row, render_pod_table, runtime_warning};
 use super::{DescribeArgs, GetArgs, OutputFormat, SetConditionArgs, VersionArgs, call, get_pod};
-use crate::proto::{ListPodsRequest, PodRef, SetConditionRequest, VersionRequest, VersionResponse};
+use crate::proto::{
+    GetNodeRequest, ListPodsRequest, PodRef, SetConditionRequest, VersionRequest, VersionResponse,
+};
 
 /// kubectl's names for the one resource crilet serves.
 fn check_resource(resource: &str) -> anyhow::Result<()> {
@@ -89,6 +91,9 @@ pub(super) async fn get(a: GetArgs) -> anyhow::Result<()> {
 }
 
 pub(super) async fn describe(a: DescribeArgs) -> anyhow::Result<()> {
+    if matches!(a.resource.as_str(), "node" | "nodes" | "no") {
+        return describe_node(a).await;
+    }
     check_resource(&a.resource)?;
     let mut client = crate::api::connect(&a.socket.path()?).await?;
     let names = match &a.name {
@@ -126,6 +131,17 @@ pub(super) async fn describe(a: DescribeArgs) -> anyhow::Result<()> {
         texts.push(describe_pod(&input, Timestamp::now(), &tz));
     }
     print(&texts.join("\n\n"))
+}
+
+/// `crilet describe node [NAME]`: the agent's node (a name that is not its name is not found,
+/// as kubectl says of a node the API server does not have).
+async fn describe_node(a: DescribeArgs) -> anyhow::Result<()> {
+    let mut client = crate::api::connect(&a.socket.path()?).await?;
+    let node = call(client.get_node(GetNodeRequest {}).await, "get the node")?.into_inner();
+    if let Some(name) = a.name.as_deref().filter(|n| *n != node.name) {
+        bail!("nodes {name:?} not found (this agent's node is {:?})", node.name);
+    }
+    print(&super::describe_node::describe_node(&node, Timestamp::now(), &TimeZone::system()))
 }
 
 /// `crilet version`'s text: the client's version, then what the agent reports.

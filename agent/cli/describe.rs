@@ -43,6 +43,11 @@ impl Doc {
         }
         self.text.push_str(s);
     }
+
+    /// The text so far, not aligned.
+    pub(crate) fn text(&self) -> &str {
+        &self.text
+    }
 }
 
 /// kubectl's annotations column is cut at this many characters.
@@ -242,7 +247,7 @@ fn tolerations(w: &mut Doc, list: &[Toleration]) {
 }
 
 /// kubectl's `DescribeEvents`, with `From` = `crilet`.
-fn events(w: &mut Doc, events: &[EventView], now: Timestamp) {
+pub(crate) fn events(w: &mut Doc, events: &[EventView], now: Timestamp) {
     if events.is_empty() {
         w.w(0, "Events:\t<none>\n");
         return;

@@ -15,6 +15,7 @@ fn event(secs_ago: i64, kind: &str, reason: &str, count: u32, message: &str) -> 
         message: message.into(),
         count,
         first_time: String::new(),
+        object_kind: String::new(),
     })
 }
 

@@ -20,7 +20,11 @@ pub(crate) struct EventView {
     pub first_time: Option<Timestamp>,
     pub kind: String,
     pub reason: String,
+    /// The involved object's kind: `Pod`, or `Node` for the node's own events.
+    pub object_kind: String,
+    /// The object's namespace (`default` for the node's events, as the kubelet records them).
     pub namespace: String,
+    /// The object's name: the pod's, or the node's.
     pub pod: String,
     pub container: Option<String>,
     pub message: String,
@@ -29,6 +33,20 @@ pub(crate) struct EventView {
 
 impl From<&proto::Event> for EventView {
     fn from(e: &proto::Event) -> Self {
+        if e.object_kind == "Node" {
+            return Self {
+                time: e.time.parse().ok(),
+                first_time: e.first_time.parse().ok(),
+                kind: e.r#type.clone(),
+                reason: e.reason.clone(),
+                object_kind: e.object_kind.clone(),
+                namespace: "default".into(),
+                pod: e.object.clone(),
+                container: None,
+                message: e.message.clone(),
+                count: e.count,
+            };
+        }
         // `object` is `namespace/name`, plus `/container` when the event is about one container.
         let mut parts = e.object.splitn(3, '/');
         let namespace = parts.next().unwrap_or_default().to_string();
@@ -38,6 +56,7 @@ impl From<&proto::Event> for EventView {
             first_time: e.first_time.parse().ok(),
             kind: e.r#type.clone(),
             reason: e.reason.clone(),
+            object_kind: "Pod".into(),
             namespace,
             pod,
             container: parts.next().map(str::to_string),
@@ -79,8 +98,15 @@ pub(crate) fn event_lines(
             text.push('\t');
         }
         // kubectl events prints `<involvedObject.kind>/<name>`.
-        let line =
-            format!("{}\t{}\t{}\tPod/{}\t{}\n", interval(e, now), e.kind, e.reason, e.pod, e.message.trim());
+        let line = format!(
+            "{}\t{}\t{}\t{}/{}\t{}\n",
+            interval(e, now),
+            e.kind,
+            e.reason,
+            e.object_kind,
+            e.pod,
+            e.message.trim()
+        );
         text.push_str(&line);
     }
     text
@@ -101,17 +127,20 @@ pub(crate) fn parse_for(target: &str) -> anyhow::Result<String> {
 /// copy of a shown event is news, an older or equal one is not.
 pub(crate) fn already_shown(shown: &[EventView], e: &EventView) -> bool {
     shown.iter().any(|s| {
-        (&s.kind, &s.namespace, &s.pod, &s.container, &s.reason, &s.message)
-            == (&e.kind, &e.namespace, &e.pod, &e.container, &e.reason, &e.message)
+        (&s.kind, &s.object_kind, &s.namespace, &s.pod, &s.container, &s.reason, &s.message)
+            == (&e.kind, &e.object_kind, &e.namespace, &e.pod, &e.container, &e.reason, &e.message)
             && s.time >= e.time
     })
 }
 
 pub(super) async fn run(args: EventsArgs) -> anyhow::Result<()> {
     let pod = args.for_object.as_deref().map(parse_for).transpose()?;
+    // Without --for, the node's events too (in namespace default, as `kubectl events` shows
+    // the kubelet's events about its Node).
     let request = |watch| ListEventsRequest {
         pod: pod.clone().map(|name| PodRef { namespace: args.namespace.clone(), name }),
         watch,
+        node: pod.is_none(),
     };
     let wanted = |e: &EventView| args.all_namespaces || e.namespace == args.namespace;
     let mut client = crate::api::connect(&args.socket.path()?).await?;
@@ -173,7 +202,40 @@ mod tests {
             message: message.into(),
             count,
             first_time: String::new(),
+            object_kind: String::new(),
         })
+    }
+
+    fn node_ev(secs_ago: i64, count: u32, reason: &str, message: &str) -> EventView {
+        EventView::from(&proto::Event {
+            time: ago(secs_ago),
+            r#type: "Warning".into(),
+            reason: reason.into(),
+            object: "n1".into(),
+            message: message.into(),
+            count,
+            first_time: String::new(),
+            object_kind: "Node".into(),
+        })
+    }
+
+    #[test]
+    fn node_events_are_about_the_node_in_default() {
+        let e = node_ev(3, 1, "EvictionThresholdMet", "Attempting to reclaim memory");
+        let got = (e.object_kind.as_str(), e.namespace.as_str(), e.pod.as_str(), e.container.as_deref());
+        assert_eq!(got, ("Node", "default", "n1", None));
+        let events = [
+            node_ev(20, 1, "NodeHasDiskPressure", "Node n1 status is now: NodeHasDiskPressure"),
+            ev("default/web", 5, 1, "Started", "Started container app"),
+        ];
+        assert_eq!(
+            tabwriter::align(&event_lines(&events, false, true, now()), TABLE),
+            "LAST SEEN   TYPE      REASON                OBJECT    MESSAGE\n\
+             20s         Warning   NodeHasDiskPressure   Node/n1   Node n1 status is now: NodeHasDiskPressure\n\
+             5s          Normal    Started               Pod/web   Started container app\n"
+        );
+        // A pod named like the node is another object.
+        assert!(!already_shown(&[ev("default/n1", 20, 1, "R", "m")], &node_ev(20, 1, "R", "m")));
     }
 
     #[test]

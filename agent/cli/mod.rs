@@ -7,6 +7,7 @@
 mod commands;
 mod describe;
 mod describe_containers;
+mod describe_node;
 mod describe_timeline;
 mod events;
 mod format;
@@ -35,7 +36,8 @@ pub const DEFAULT_CONTROL_SOCKET: &str = "/run/crilet/crilet.sock";
 pub enum CliCommand {
     /// Display pods (like `kubectl get pods`).
     Get(GetArgs),
-    /// Show details of a pod (like `kubectl describe pod`).
+    /// Show details of a pod or of the node: its pressure conditions and events (like
+    /// `kubectl describe pod`, `kubectl describe node`).
     Describe(DescribeArgs),
     /// Print the logs of a container in a pod (like `kubectl logs`).
     Logs(LogsArgs),
@@ -117,12 +119,12 @@ pub struct GetArgs {
     pub socket: SocketArg,
 }
 
-/// `crilet describe pod [NAME]`.
+/// `crilet describe pod [NAME]`, `crilet describe node [NAME]`.
 #[derive(clap::Args, Debug)]
 pub struct DescribeArgs {
-    /// The resource type: `pod` (or `pods`, `po`).
+    /// The resource type: `pod` (or `pods`, `po`), or `node` (`nodes`, `no`).
     pub resource: String,
-    /// The pod; every pod in the namespace when omitted.
+    /// The pod (every pod in the namespace when omitted), or the node (this agent's).
     pub name: Option<String>,
     #[arg(short, long, default_value = "default")]
     pub namespace: String,

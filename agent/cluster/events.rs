@@ -177,7 +177,8 @@ pub async fn run(
 struct Sender {
     link: Arc<ClusterLink>,
     buckets: HashMap<String, Bucket>,
-    /// The Event already created for (pod uid, container, reason, message).
+    /// The Event already created for (pod uid, container, reason, message); a node event's is
+    /// ("", its type, reason, message).
     created: BTreeMap<(String, Option<String>, String, String), String>,
 }
 
@@ -199,8 +200,8 @@ pub fn node_api_event(e: &NodeEvent, node: &str, name: &str) -> ApiEvent {
         reason: Some(e.reason.clone()),
         message: Some(e.message.clone()),
         type_: Some(e.kind.to_string()),
-        count: Some(1),
-        first_timestamp: Some(Time(e.time)),
+        count: Some(i32::try_from(e.count).unwrap_or(i32::MAX)),
+        first_timestamp: Some(Time(e.first_time)),
         last_timestamp: Some(Time(e.time)),
         source: Some(EventSource { component: Some("kubelet".into()), host: Some(node.to_string()) }),
         reporting_component: Some("kubelet".into()),
@@ -210,13 +211,28 @@ pub fn node_api_event(e: &NodeEvent, node: &str, name: &str) -> ApiEvent {
 }
 
 impl Sender {
-    /// Sends an event about the node (rare: image garbage collection's, at most one a period).
+    /// Sends an event about the node (image garbage collection's, the eviction manager's, the
+    /// pressure transitions: at most a few a monitoring period): a new Event, or a repeat's
+    /// count on the one made (`EvictionThresholdMet` repeats every cycle under pressure).
     async fn send_node(&mut self, e: &NodeEvent) {
         let node = self.link.node_name.clone();
         let events: Api<ApiEvent> = Api::namespaced(self.link.events.clone(), "default");
+        let id = (String::new(), Some(e.kind.to_string()), e.reason.clone(), e.message.clone());
+        if e.count > 1
+            && let Some(name) = self.created.get(&id)
+        {
+            let patch = serde_json::json!({ "count": e.count, "lastTimestamp": Time(e.time) });
+            match events.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+                Ok(_) => return,
+                Err(err) => debug!(error = %err, "updating a node event failed; creating it anew"),
+            }
+        }
         let name = format!("{node}.{:x}", e.time.as_nanosecond());
-        if let Err(err) = events.create(&PostParams::default(), &node_api_event(e, &node, &name)).await {
-            debug!(error = %err, reason = %e.reason, "sending a node event failed");
+        match events.create(&PostParams::default(), &node_api_event(e, &node, &name)).await {
+            Ok(_) => {
+                self.created.insert(id, name);
+            }
+            Err(err) => debug!(error = %err, reason = %e.reason, "sending a node event failed"),
         }
     }
 
@@ -260,9 +276,11 @@ mod tests {
     fn a_node_event_is_about_the_node_in_default() {
         let e = NodeEvent {
             time: jiff::Timestamp::UNIX_EPOCH,
+            first_time: jiff::Timestamp::UNIX_EPOCH,
             kind: "Warning",
             reason: "FreeDiskSpaceFailed".into(),
             message: "m".into(),
+            count: 1,
         };
         let a = node_api_event(&e, "n1", "n1.1");
         assert_eq!(a.metadata.namespace.as_deref(), Some("default"));

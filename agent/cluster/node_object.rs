@@ -124,50 +124,15 @@ pub fn conditions(
         }
     };
     let is_ready = ready.problems.is_empty();
-    use crate::eviction::Condition;
-    let under = |c: Condition| pressure.contains(&c);
-    vec![
-        if under(Condition::MemoryPressure) {
-            cond(
-                "MemoryPressure",
-                true,
-                "KubeletHasInsufficientMemory",
-                "kubelet has insufficient memory available".into(),
-            )
-        } else {
-            cond(
-                "MemoryPressure",
-                false,
-                "KubeletHasSufficientMemory",
-                "kubelet has sufficient memory available".into(),
-            )
-        },
-        if under(Condition::DiskPressure) {
-            cond("DiskPressure", true, "KubeletHasDiskPressure", "kubelet has disk pressure".into())
-        } else {
-            cond("DiskPressure", false, "KubeletHasNoDiskPressure", "kubelet has no disk pressure".into())
-        },
-        if under(Condition::PidPressure) {
-            cond(
-                "PIDPressure",
-                true,
-                "KubeletHasInsufficientPID",
-                "kubelet has insufficient PID available".into(),
-            )
-        } else {
-            cond(
-                "PIDPressure",
-                false,
-                "KubeletHasSufficientPID",
-                "kubelet has sufficient PID available".into(),
-            )
-        },
-        if is_ready {
-            cond("Ready", true, "KubeletReady", "kubelet is posting ready status".into())
-        } else {
-            cond("Ready", false, "KubeletNotReady", ready.problems.join(", "))
-        },
-    ]
+    // The pressure conditions as the eviction manager's setters keep them; it records their
+    // transition events (once, in both modes), so none are recorded here.
+    let (mut out, _) = crate::eviction::conditions::pressure_conditions(pressure, previous, now);
+    out.push(if is_ready {
+        cond("Ready", true, "KubeletReady", "kubelet is posting ready status".into())
+    } else {
+        cond("Ready", false, "KubeletNotReady", ready.problems.join(", "))
+    });
+    out
 }
 
 /// The Node's addresses: `--node-ip` as its InternalIP, and the host name (the serving

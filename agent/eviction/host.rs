@@ -75,6 +75,19 @@ impl Signals for HostSignals {
         }
         out
     }
+
+    async fn dedicated_image_fs(&self) -> Option<bool> {
+        use std::os::unix::fs::MetadataExt;
+        let mount = self.image_mount().await?;
+        let root = self.root_dir.clone();
+        crate::blocking(move || {
+            let image = std::fs::metadata(&mount)?.dev();
+            let node = std::fs::metadata(&root)?.dev();
+            Ok(image != node)
+        })
+        .await
+        .ok()
+    }
 }
 
 impl HostSignals {

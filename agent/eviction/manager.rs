@@ -1,8 +1,10 @@
 //! The eviction manager's loop (the kubelet's `synchronize`, every monitoring period): read the
-//! signals, decide (`decide`), publish the pressure conditions, and when a threshold acts,
-//! reclaim node-level disk first (for a disk signal), then rank the active pods and evict the
-//! first that is not critical, one per cycle, waiting (at most 30 s) for it to stop before the
-//! next cycle.
+//! signals, decide (`decide`), publish the pressure conditions (on the `watch` channel for
+//! `cluster`, and as the Node's conditions in the registry with their transition events,
+//! `conditions`), and when a threshold acts, record `EvictionThresholdMet` on the node, reclaim
+//! node-level disk first (unused images, for the signals `reclaims_images` names) and stop
+//! there if no threshold is met any more; else rank the active pods and evict the first that is
+//! not critical, one per cycle, waiting (at most 30 s) for it to stop before the next cycle.
 
 use std::time::Duration;
 
@@ -11,6 +13,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use super::conditions;
 use super::decide::{self, State};
 use super::rank::{self, Candidate};
 use super::{Config, PodRef, Pressure, Reclaim, Signals};
@@ -40,6 +43,9 @@ pub struct Manager<S, R> {
 impl<S: Signals, R: Reclaim> Manager<S, R> {
     /// Runs until cancelled.
     pub async fn run(self, cancel: CancellationToken) {
+        // The conditions exist from the start (the kubelet's setters run with the eviction
+        // manager off too), each one's first status recorded as a transition from Unknown.
+        self.publish_conditions(&Pressure::new());
         if self.config.thresholds.is_empty() {
             info!("eviction: no thresholds; the manager is off");
             return cancel.cancelled().await;
@@ -75,20 +81,32 @@ impl<S: Signals, R: Reclaim> Manager<S, R> {
             cur.clone_from(&out.conditions);
             true
         });
+        self.publish_conditions(&out.conditions);
         let threshold = out.acting.first()?.clone();
         let signal = threshold.signal;
-        info!(signal = %signal, resource = signal.resource(), "eviction: attempting to reclaim");
+        let resource = signal.resource();
+        info!(signal = %signal, resource, "eviction: attempting to reclaim");
+        self.registry.record_node(
+            "Warning",
+            conditions::THRESHOLD_MET,
+            conditions::threshold_met_message(resource),
+        );
         let mut observations = observations;
-        if signal.condition() == super::Condition::DiskPressure {
+        // An image filesystem that cannot be found is taken as the nodefs (images reclaimed
+        // for either); the kubelet skips the whole cycle until it knows.
+        let dedicated = self.signals.dedicated_image_fs().await.unwrap_or(false);
+        if super::reclaims_images(signal, dedicated) {
             self.reclaim.free_disk().await;
             observations = self.signals.observe().await;
-            if decide::met(&self.config.thresholds, &observations, true)
-                .iter()
-                .all(|t| t.signal.condition() != super::Condition::DiskPressure)
-            {
-                info!(resource = signal.resource(), "eviction: reclaimed without evicting pods");
+            // `reclaimNodeLevelResources`: done when no threshold at all is met any more (none
+            // of the configured ones, minimum reclaim and grace periods aside).
+            let still = decide::met(&self.config.thresholds, &observations, false);
+            if still.is_empty() {
+                info!(resource, "eviction: able to reduce pressure without evicting pods");
                 return None;
             }
+            let names: Vec<&str> = still.iter().map(|t| t.signal.as_str()).collect();
+            info!(resource, still_met = %names.join(","), "eviction: must evict pod(s) to reclaim");
         }
         let active = self.active_pods();
         if active.is_empty() {
@@ -137,6 +155,22 @@ impl<S: Signals, R: Reclaim> Manager<S, R> {
         }
         warn!("eviction: unable to evict any pods from the node");
         None
+    }
+
+    /// Sets the node's pressure conditions in the registry for `pressure` (their heartbeat is
+    /// this cycle) and records the kubelet's `Node <name> status is now: ...` event for each
+    /// that changed.
+    fn publish_conditions(&self, pressure: &Pressure) {
+        let previous = self.registry.node_conditions();
+        let (now, events) = conditions::pressure_conditions(pressure, &previous, jiff::Timestamp::now());
+        self.registry.set_node_conditions(now);
+        for event in events {
+            self.registry.record_node(
+                "Normal",
+                event,
+                conditions::status_message(&self.node.node_name, event),
+            );
+        }
     }
 
     /// The pods that may still run: published, not finished (key, pod, whether static).

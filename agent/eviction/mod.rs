@@ -9,6 +9,7 @@
 //! (`cluster`) follow. What it leaves to others: stopping the pod (`pod::worker`, through the
 //! supervisor), image garbage collection (the [`Reclaim`] the agent hands it).
 
+pub mod conditions;
 pub mod decide;
 pub mod host;
 pub mod manager;
@@ -79,10 +80,25 @@ pub trait Signals: Send + Sync + 'static {
     fn observe(&self) -> impl Future<Output = Observations> + Send;
     /// What `pods` use; `disk` also measures their disk use (a walk of their directories).
     fn usage(&self, pods: &[PodRef], disk: bool) -> impl Future<Output = BTreeMap<String, Usage>> + Send;
+    /// Whether the image filesystem is a device of its own, not the nodefs' (the kubelet's
+    /// `HasDedicatedImageFs`); `None` when the image filesystem cannot be found.
+    fn dedicated_image_fs(&self) -> impl Future<Output = Option<bool>> + Send;
+}
+
+/// Whether node-level reclaim (removing unused images) can relieve a threshold of `signal`, as
+/// the kubelet's `buildSignalToNodeReclaimFuncs` decides: the imagefs signals always; the nodefs
+/// ones only when the images are on the nodefs (no dedicated image filesystem); never memory or
+/// PIDs.
+pub fn reclaims_images(signal: Signal, dedicated_image_fs: bool) -> bool {
+    match signal {
+        Signal::ImageFsAvailable | Signal::ImageFsInodesFree => true,
+        Signal::NodeFsAvailable | Signal::NodeFsInodesFree => !dedicated_image_fs,
+        Signal::MemoryAvailable | Signal::PidAvailable => false,
+    }
 }
 
 /// Node-level reclaim before evicting for disk (the kubelet deletes dead containers and unused
-/// images first). The integrator connects image garbage collection here; [`NoReclaim`] frees
+/// images first), for the signals [`reclaims_images`] names. The integrator connects image garbage collection here; [`NoReclaim`] frees
 /// nothing.
 pub trait Reclaim: Send + Sync + 'static {
     /// Frees what it can of the disk; the manager reads the signals again after it.
@@ -94,4 +110,30 @@ pub struct NoReclaim;
 
 impl Reclaim for NoReclaim {
     async fn free_disk(&self) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn images_are_reclaimed_for_the_filesystem_they_are_on() {
+        use Signal::*;
+        // (signal, dedicated image filesystem, reclaims images)
+        let cases = [
+            (ImageFsAvailable, true, true),
+            (ImageFsAvailable, false, true),
+            (ImageFsInodesFree, true, true),
+            (ImageFsInodesFree, false, true),
+            (NodeFsAvailable, false, true),
+            (NodeFsInodesFree, false, true),
+            (NodeFsAvailable, true, false),
+            (NodeFsInodesFree, true, false),
+            (MemoryAvailable, false, false),
+            (PidAvailable, false, false),
+        ];
+        for (signal, dedicated, want) in cases {
+            assert_eq!(reclaims_images(signal, dedicated), want, "{signal} dedicated={dedicated}");
+        }
+    }
 }

@@ -128,6 +128,11 @@ impl Node {
     /// Joins a fresh crilet node `crilet-<test>` (kubelet API on `port`), with a namespace of the
     /// same name; an earlier run's Node and namespace are deleted first.
     pub async fn start(test: &str, port: u16, extra: &[&str]) -> Node {
+        Self::start_on(test, port, None, extra).await
+    }
+
+    /// [`Node::start`] on the CRI `endpoint` (a containerd of the test's own) when given.
+    pub async fn start_on(test: &str, port: u16, endpoint: Option<&str>, extra: &[&str]) -> Node {
         let (cluster, name, namespace) = Self::fresh(test).await;
         let identity = cluster.node_identity(&name);
         let credentials = [
@@ -141,7 +146,7 @@ impl Node {
             &identity["CRILET_CLUSTER_CA"],
         ]
         .map(String::from);
-        Self::join(test, port, extra, (cluster, name, namespace), &credentials, identity).await
+        Self::join(test, port, endpoint, extra, (cluster, name, namespace), &credentials, identity).await
     }
 
     /// Joins a fresh node `crilet-<test>` as a real node joins: with only a bootstrap
@@ -157,13 +162,14 @@ impl Node {
             "--kubeconfig".to_string(),
             kubeconfig.display().to_string(),
         ];
-        Self::join(test, port, extra, (cluster, name, namespace), &credentials, identity).await
+        Self::join(test, port, None, extra, (cluster, name, namespace), &credentials, identity).await
     }
 
     /// Starts the agent of node `name` with its `credentials` flags, on 127.0.0.1 and `port`.
     async fn join(
         test: &str,
         port: u16,
+        endpoint: Option<&str>,
         extra: &[&str],
         (cluster, name, namespace): (Cluster, String, String),
         credentials: &[String],
@@ -183,7 +189,10 @@ impl Node {
             &name,
         ]);
         args.extend_from_slice(extra);
-        let agent = Agent::start_with_args(test, &args, &[]).await;
+        let agent = match endpoint {
+            Some(e) => Agent::start_with_endpoint_args(test, e, &args, &[]).await,
+            None => Agent::start_with_args(test, &args, &[]).await,
+        };
         Node { agent, cluster, name, namespace, port, identity }
     }
 
@@ -285,6 +294,15 @@ impl Drop for Node {
             "--grace-period=0",
         ]);
         let _ = self.cluster.kubectl(&["delete", "namespace", &self.namespace, "--wait=false"]);
+        // The node's own Events (every node records its pressure conditions' first status).
+        let _ = self.cluster.kubectl(&[
+            "delete",
+            "events",
+            "-n",
+            "default",
+            "--field-selector",
+            &format!("involvedObject.kind=Node,involvedObject.name={}", self.name),
+        ]);
         let _ = self.cluster.kubectl(&["delete", "node", &self.name, "--wait=false"]);
     }
 }

@@ -8,6 +8,7 @@ pub mod corpus;
 pub mod cri_proxy;
 pub mod guest;
 pub mod kubectl_top;
+pub mod private_containerd;
 pub mod traffic;
 
 use std::os::unix::fs::PermissionsExt;
