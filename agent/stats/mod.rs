@@ -370,10 +370,6 @@ fn running_containers(pod: &Pod) -> Vec<(String, String, Time)> {
         .collect()
 }
 
-fn has_cpu_and_memory(s: &api::ContainerStats) -> bool {
-    cri_cpu(s).is_some() && cri_memory(s).is_some()
-}
-
 fn cri_cpu(s: &api::ContainerStats) -> Option<CpuSample> {
     let cpu = s.cpu.as_ref()?;
     Some(CpuSample { at_ns: cpu.timestamp, usage_ns: cpu.usage_core_nano_seconds.as_ref()?.value })
