@@ -192,7 +192,8 @@ fn sample(text: &str, series: &str) -> Option<f64> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn stats_agree_with_the_cgroup_files() {
-    let node = Node::start("stats", 10278, &[]).await;
+    // emptyDir volumes measured every 2 s (the kubelet's --volume-stats-agg-period).
+    let node = Node::start("stats", 10278, &["--volume-stats-agg-period", "2s"]).await;
     node.wait_ready().await;
     let ns = node.namespace.clone();
     node.agent.write_manifest("load.yaml", &manifest(&ns));
@@ -218,7 +219,19 @@ async fn stats_agree_with_the_cgroup_files() {
     let token = reader_token(&node);
     let (code, _) = get(&node, None, "/stats/summary");
     assert_eq!(code, 401, "no credentials, no stats");
-    let _first = summary(&node, &token);
+    // The runtime's numbers (writable layers, networks) and the disks are read in the
+    // background (every 10 s, the volumes every 2 s): wait until the pod's are in.
+    let _first =
+        wait_for("stats-load's disks and network in the summary", Duration::from_secs(40), || async {
+            let s = summary(&node, &token);
+            let p = s["pods"].as_array()?.iter().find(|p| p["podRef"]["uid"] == uid.as_str())?.clone();
+            let scratch =
+                p["volume"].as_array()?.iter().find(|v| v["name"] == "scratch")?["usedBytes"].as_u64()?;
+            let measured =
+                p["containers"].as_array()?.iter().all(|c| c["rootfs"].is_object() && c["logs"].is_object());
+            (scratch > 0 && measured && p["network"].is_object()).then_some(s)
+        })
+        .await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let (burn_before, pod_before) = (burn_cg.cpu_ns(), pod_cg.cpu_ns());
     let s = summary(&node, &token);
@@ -287,6 +300,21 @@ async fn stats_agree_with_the_cgroup_files() {
         .cloned()
         .expect("scratch");
     assert!(u(&scratch["usedBytes"]) > 0, "{scratch}");
+    // Read in the background, each with the time it was read: the disks at the last
+    // housekeeping (every 10 s, which walks what is due), the writable layer at the runtime's
+    // own sampling (containerd's, every 10 s) before that; times are whole seconds.
+    let time = |v: &Value| {
+        v.as_str().and_then(|t| t.parse::<jiff::Timestamp>().ok()).unwrap_or_else(|| panic!("a time: {v}"))
+    };
+    let now = time(&s["node"]["cpu"]["time"]);
+    for (what, t, oldest) in [
+        ("scratch", &scratch["time"], 12),
+        ("mem's logs", &mem["logs"]["time"], 12),
+        ("mem's rootfs", &mem["rootfs"]["time"], 22),
+    ] {
+        let age = now.duration_since(time(t)).as_secs();
+        assert!((0..=oldest).contains(&age), "{what} was read {age} s before the summary's {now}: {t}");
+    }
     assert!(mem["logs"]["usedBytes"].is_u64() && mem["rootfs"]["usedBytes"].is_u64(), "{mem}");
     assert!(
         u(&p["ephemeral-storage"]["usedBytes"]) >= u(&scratch["usedBytes"]),

@@ -202,6 +202,10 @@ pub(crate) struct RunArgs {
     /// [default: 5m]
     #[arg(long)]
     pub(crate) eviction_pressure_transition_period: Option<String>,
+    /// How often the disk use of every pod's emptyDir volumes is measured again for
+    /// `/stats/summary` (the kubelet's flag); 0s turns volume stats off [default: 1m]
+    #[arg(long)]
+    pub(crate) volume_stats_agg_period: Option<String>,
     /// A YAML file holding the same settings (flags win), or the kubelet's KubeletConfiguration
     /// (kubelet.config.k8s.io/v1beta1); `crilet preflight` lists what crilet takes from it and
     /// what it ignores
@@ -273,6 +277,7 @@ impl RunArgs {
                 self.eviction_max_pod_grace_period.or(file.eviction_max_pod_grace_period);
             self.eviction_pressure_transition_period =
                 self.eviction_pressure_transition_period.or(file.eviction_pressure_transition_period);
+            self.volume_stats_agg_period = self.volume_stats_agg_period.or(file.volume_stats_agg_period);
         }
         let runtime = self
             .container_runtime_endpoint
@@ -312,6 +317,13 @@ impl RunArgs {
             self.minimum_image_ttl_duration.as_deref(),
             self.image_maximum_gc_age.as_deref(),
         )?;
+        let agg_text = self.volume_stats_agg_period.as_deref().unwrap_or("1m");
+        let volume_stats_agg_period =
+            crilet::logrotate::plan::parse_go_duration(agg_text).with_context(|| {
+                format!(
+                    "--volume-stats-agg-period {agg_text:?} is not a duration (e.g. 1m, 0s to turn it off)"
+                )
+            })?;
         let shutdown = shutdown_periods(
             self.shutdown_grace_period.as_deref(),
             self.shutdown_grace_period_critical_pods.as_deref(),
@@ -380,6 +392,7 @@ impl RunArgs {
         };
         Ok(Settings {
             image_gc,
+            volume_stats_agg_period,
             dns,
             sysctls,
             kubelet_config,
@@ -522,6 +535,8 @@ pub(crate) struct Settings {
     /// Image garbage collection (`--image-gc-*`, `--minimum-image-ttl-duration`,
     /// `--image-maximum-gc-age`).
     pub(crate) image_gc: crilet::images::Policy,
+    /// `--volume-stats-agg-period`: how often emptyDir volumes are measured; zero for never.
+    pub(crate) volume_stats_agg_period: Duration,
     /// The pods' DNS settings (`--cluster-dns`, `--cluster-domain`, `--resolv-conf`).
     pub(crate) dns: crilet::dns::DnsSettings,
     /// The sysctls pods may set: the safe set and `--allowed-unsafe-sysctls`.
@@ -626,6 +641,7 @@ impl Settings {
         set("imageGCLowThresholdPercent", json!(gc.low_percent));
         set("imageMinimumGCAge", json!(go_duration(gc.min_age)));
         set("imageMaximumGCAge", json!(go_duration(gc.max_age.unwrap_or_default())));
+        set("volumeStatsAggPeriod", json!(go_duration(self.volume_stats_agg_period)));
         // The eviction maps as the kubelet's configz writes them (signal: "100Mi" / "10%").
         let value = |v: crilet::eviction::threshold::Value| match v {
             crilet::eviction::threshold::Value::Amount(a) => a.to_string(),

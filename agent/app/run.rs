@@ -263,6 +263,7 @@ pub(crate) async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
         s.node_name.clone(),
         s.root_dir.clone(),
         s.pod_logs_dir.clone(),
+        s.volume_stats_agg_period,
     );
     let configz = s.configz(cgroup_driver);
     let pleg_state = std::sync::Arc::new(pleg::PlegState::new(metrics.clone()));
@@ -420,6 +421,8 @@ pub(crate) async fn run_agent(args: RunArgs) -> anyhow::Result<()> {
                 node_name: c.config.node_name.clone(),
                 configz,
             };
+            // The stats the kubelet API serves keep the runtime's numbers and the disks' warm.
+            tasks.spawn("stats housekeeping", stats.clone().housekeeping(cancel.child_token()));
             let server =
                 crilet::kubelet_api::bind(cfg, api_client.clone(), registry.clone(), cri.clone(), stats)
                     .await?;

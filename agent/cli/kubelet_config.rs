@@ -467,6 +467,7 @@ fn rule(field: &str, value: &Value) -> Rule {
         ),
         "imageMinimumGCAge" => Rule::Take("minimum-image-ttl-duration"),
         "imageMaximumGCAge" => Rule::Take("image-maximum-gc-age"),
+        "volumeStatsAggPeriod" => Rule::Take("volume-stats-agg-period"),
         "imageGCHighThresholdPercent" => Rule::Take("image-gc-high-threshold"),
         "imageGCLowThresholdPercent" => Rule::Take("image-gc-low-threshold"),
         "logging.format" => {

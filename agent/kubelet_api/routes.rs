@@ -49,11 +49,18 @@ impl<R: Reviewer> KubeletApi<R> {
         let (parts, _) = req.into_parts();
         let path = parts.uri.path().to_string();
         let path = path.as_str();
-        let Some(user) = self.authenticate(cert_user, &parts.headers).await else {
+        let auth_span = tracing::trace_span!("kubelet_api.auth");
+        let Some(user) =
+            tracing::Instrument::instrument(self.authenticate(cert_user, &parts.headers), auth_span.clone())
+                .await
+        else {
             return text(StatusCode::UNAUTHORIZED, "Unauthorized");
         };
         let attrs = request_attributes(&parts.method, path);
-        match self.auth.authorize(&user, &attrs, &self.node_name).await {
+        let decision =
+            tracing::Instrument::instrument(self.auth.authorize(&user, &attrs, &self.node_name), auth_span)
+                .await;
+        match decision {
             Ok(Decision::Allowed) => {}
             Ok(Decision::Denied) => {
                 debug!(user = %user.name, verb = attrs.verb, subresources = ?attrs.subresources, "forbidden");
@@ -70,7 +77,10 @@ impl<R: Reviewer> KubeletApi<R> {
         if path == "/healthz" || path.starts_with("/healthz/") {
             return self.healthz(path, parts.uri.query());
         }
-        if let Some(response) = self.info(&parts.method, path, parts.uri.query()).await {
+        let info = self.info(&parts.method, path, parts.uri.query());
+        if let Some(response) =
+            tracing::Instrument::instrument(info, tracing::trace_span!("kubelet_api.info", op = path)).await
+        {
             return response;
         }
         if let Some(rest) = path.strip_prefix("/containerLogs/") {

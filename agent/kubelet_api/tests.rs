@@ -906,6 +906,7 @@ fn no_stats(registry: &Registry) -> crate::stats::Collector {
         "node1".into(),
         "/nonexistent/root".into(),
         "/nonexistent/logs".into(),
+        std::time::Duration::from_secs(60),
     )
 }
 

@@ -1,14 +1,17 @@
 //! The node's resource statistics, as the kubelet's stats provider gathers them for
-//! `/stats/summary`, `/metrics/resource` and its eviction manager: per container from the
-//! runtime (CRI `ListContainerStats`, the writable layer's use), per pod from its cgroup and the
-//! runtime's `ListPodSandboxStats` (network), for the node from the root and `kubepods` cgroups
-//! and the host (`/proc`, statvfs), the image filesystem from CRI `ImageFsInfo`.
+//! `/stats/summary`, `/metrics/resource` and its eviction manager: CPU and memory per container
+//! and pod from their cgroups, for the node from the root and `kubepods` cgroups and the host
+//! (`/proc`, statvfs), read when asked; the writable layers (CRI `ListContainerStats`), the pods'
+//! networks (`ListPodSandboxStats`), the image filesystem (`ImageFsInfo`) and the disk use of
+//! logs and emptyDir volumes kept warm by the housekeeping loop (`cache`), as the kubelet's
+//! cAdvisor and volume stats are.
 //!
 //! The [`Collector`] does the reading (`cri`, `cgroup::Cgroups`, files on the blocking pool);
-//! what is derived from the readings is pure: the rates (`rate`, which keeps each CPU's previous
-//! sample), the summary's shape (`shape`), its JSON (`summary`) and the Prometheus text of the
-//! resource metrics (`resource_metrics`).
+//! what is derived from the readings is pure: what is due to be walked (`cache`), the rates
+//! (`rate`, which keeps each CPU's previous sample), the summary's shape (`shape`), its JSON
+//! (`summary`) and the Prometheus text of the resource metrics (`resource_metrics`).
 
+pub mod cache;
 pub mod host;
 pub mod rate;
 pub mod resource_metrics;
@@ -18,18 +21,21 @@ pub mod summary;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
+use tokio_util::sync::CancellationToken;
 
+use self::cache::{HOUSEKEEPING_INTERVAL, Measured, RuntimeSample, Wanted};
 use self::rate::{CpuSample, Rates};
 pub use self::rate::{memory_available, working_set};
-use self::shape::{ContainerSample, Disk, Mem, PodSample, Samples};
+use self::shape::{ContainerSample, Mem, PodSample, Samples};
 use self::summary::{InterfaceStats, NetworkStats, PodReference, Summary, Time};
 use crate::cgroup::{Cgroups, files::Usage};
 use crate::cri::{CriClient, CriError, api};
 use crate::registry::Registry;
 
-/// Where the collector reads from.
+/// Where the collector reads from, and what it keeps between requests (`cache`).
 #[derive(Clone)]
 pub struct Collector {
     cri: CriClient,
@@ -38,15 +44,23 @@ pub struct Collector {
     node_name: String,
     root_dir: PathBuf,
     pod_logs_dir: PathBuf,
+    /// `--volume-stats-agg-period`; zero: emptyDir volumes are not measured.
+    volume_period: Duration,
     rates: Arc<Mutex<Rates>>,
+    runtime: Arc<Mutex<Option<Arc<RuntimeSample>>>>,
+    disks: Arc<Mutex<HashMap<PathBuf, Measured>>>,
 }
 
 /// What a collection covers: everything, or only CPU and memory (`/metrics/resource`, as the
-/// kubelet's `GetCPUAndMemoryStats`: no disk walks).
+/// kubelet's `GetCPUAndMemoryStats`: no disks or networks).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scope {
     Full,
     CpuAndMemory,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Collector {
@@ -57,27 +71,65 @@ impl Collector {
         node_name: String,
         root_dir: PathBuf,
         pod_logs_dir: PathBuf,
+        volume_period: Duration,
     ) -> Self {
-        Collector { cri, cgroups, registry, node_name, root_dir, pod_logs_dir, rates: Arc::default() }
+        Collector {
+            cri,
+            cgroups,
+            registry,
+            node_name,
+            root_dir,
+            pod_logs_dir,
+            volume_period,
+            rates: Arc::default(),
+            runtime: Arc::default(),
+            disks: Arc::default(),
+        }
     }
 
-    /// One collection: the summary now. Fails only when the runtime's container stats cannot be
-    /// had (what the kubelet reports as a scrape error); anything else missing is left out.
-    pub async fn summary(&self, scope: Scope) -> Result<Summary, CriError> {
-        let pods: Vec<Pod> = self.registry.pods().into_iter().map(|r| r.pod).filter(active).collect();
-        let full = scope == Scope::Full;
-        let (container_stats, sandbox_stats, image_fs) =
-            // The pods' network and the image filesystem only for the whole summary.
-            tokio::join!(
-                self.cri.list_container_stats(),
-                async { if full { self.cri.list_pod_sandbox_stats().await } else { Ok(Vec::new()) } },
-                async { if full { Some(self.cri.image_fs_info().await) } else { None } }
-            );
-        let container_stats: HashMap<String, api::ContainerStats> = container_stats?
-            .into_iter()
-            .filter_map(|s| Some((s.attributes.as_ref()?.id.clone(), s)))
-            .collect();
-        let networks: HashMap<String, api::NetworkUsage> = match sandbox_stats {
+    /// The background half (a long-lived loop): every [`HOUSEKEEPING_INTERVAL`] the runtime's
+    /// numbers are sampled and the directories that are due walked, until `cancel`.
+    pub async fn housekeeping(self, cancel: CancellationToken) {
+        let mut tick = tokio::time::interval(HOUSEKEEPING_INTERVAL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            if let Err(e) = self.sample_runtime().await {
+                tracing::debug!(error = %e, "the runtime's container stats are unavailable");
+            }
+            self.walk_disks().await;
+        }
+    }
+
+    /// Samples the runtime's numbers and keeps them. Without the containers' stats nothing is
+    /// kept, so the next request asks again (and fails as the kubelet's scrape fails).
+    async fn sample_runtime(&self) -> Result<Arc<RuntimeSample>, CriError> {
+        let span = tracing::trace_span!("stats.runtime");
+        let at = jiff::Timestamp::now();
+        let (containers, sandboxes, image_fs) = tracing::Instrument::instrument(
+            async {
+                tokio::join!(
+                    self.cri.list_container_stats(),
+                    self.cri.list_pod_sandbox_stats(),
+                    self.cri.image_fs_info()
+                )
+            },
+            span,
+        )
+        .await;
+        let containers = match containers {
+            Ok(list) => {
+                list.into_iter().filter_map(|s| Some((s.attributes.as_ref()?.id.clone(), s))).collect()
+            }
+            Err(e) => {
+                *lock(&self.runtime) = None;
+                return Err(e);
+            }
+        };
+        let networks = match sandboxes {
             Ok(list) => list
                 .into_iter()
                 .filter_map(|s| {
@@ -91,16 +143,66 @@ impl Collector {
             }
         };
         let image_fs = match image_fs {
-            Some(Ok(info)) => info.into_iter().next(),
-            Some(Err(e)) => {
+            Ok(info) => info.into_iter().next(),
+            Err(e) => {
                 tracing::debug!(error = %e, "image filesystem stats unavailable");
                 None
             }
-            None => None,
+        };
+        let sample = Arc::new(RuntimeSample { at, containers, networks, image_fs });
+        *lock(&self.runtime) = Some(sample.clone());
+        Ok(sample)
+    }
+
+    /// Walks the pods' directories that are due (on the blocking pool) and keeps the results.
+    async fn walk_disks(&self) {
+        let wanted: Vec<Wanted> =
+            self.active_pods().iter().flat_map(|p| self.disk_dirs(p)).map(|(_, w)| w).collect();
+        let due = cache::due(&wanted, &lock(&self.disks), jiff::Timestamp::now());
+        if due.is_empty() && lock(&self.disks).len() == wanted.len() {
+            return;
+        }
+        let walked = crate::blocking(move || {
+            let _span = tracing::trace_span!("stats.disks").entered();
+            Ok(due
+                .into_iter()
+                .map(|dir| {
+                    let used = host::disk_usage(&dir);
+                    (dir, Measured { at: Time(jiff::Timestamp::now()), used })
+                })
+                .collect())
+        })
+        .await
+        .unwrap_or_default();
+        cache::merge(&mut lock(&self.disks), &wanted, walked);
+    }
+
+    fn active_pods(&self) -> Vec<Pod> {
+        self.registry.pods().into_iter().map(|r| r.pod).filter(active).collect()
+    }
+
+    /// One collection: the summary now. CPU and memory are read from the cgroups now; the
+    /// runtime's numbers and the disks' come from the last housekeeping, each with the time it
+    /// was read (sampled here when there is none yet). Fails only when the runtime's container
+    /// stats cannot be had (what the kubelet reports as a scrape error); anything else missing
+    /// is left out.
+    pub async fn summary(&self, scope: Scope) -> Result<Summary, CriError> {
+        let span = tracing::trace_span!("stats.collect", op = ?scope);
+        tracing::Instrument::instrument(self.collect(scope), span).await
+    }
+
+    async fn collect(&self, scope: Scope) -> Result<Summary, CriError> {
+        let pods = self.active_pods();
+        let full = scope == Scope::Full;
+        let cached = lock(&self.runtime).clone();
+        let runtime = match cached {
+            Some(s) => s,
+            None => self.sample_runtime().await?,
         };
 
         // Every cgroup read in one trip to the blocking pool: the node's root, kubepods, each
-        // pod's, and each container's the runtime gave no numbers for.
+        // pod's and each container's (the runtime's numbers stand in for a container whose
+        // cgroup cannot be read).
         let mut paths = vec!["/".to_string(), self.cgroups.kubepods_path()];
         let mut plans = Vec::with_capacity(pods.len());
         for pod in &pods {
@@ -111,36 +213,29 @@ impl Collector {
             paths.push(self.cgroups.pod_path(&pod_cgroup));
             let mut containers = Vec::new();
             for (name, id, started) in running_containers(pod) {
-                let index = (!container_stats.get(&id).is_some_and(has_cpu_and_memory)).then(|| {
-                    paths.push(self.cgroups.container_path(&pod_cgroup, &id));
-                    paths.len() - 1
-                });
-                containers.push((name, id, started, index));
+                paths.push(self.cgroups.container_path(&pod_cgroup, &id));
+                containers.push((name, id, started, paths.len() - 1));
             }
             plans.push((pod_index, containers));
         }
         let read_at = jiff::Timestamp::now();
-        let usages = self.cgroups.usages(paths).await;
+        let usages = tracing::Instrument::instrument(
+            self.cgroups.usages(paths),
+            tracing::trace_span!("stats.cgroups"),
+        )
+        .await;
         let usage = |i: usize| usages.get(i).copied().unwrap_or_default();
 
-        // The host, and the disks (log directories, emptyDir volumes), on the blocking pool.
+        // The host on the blocking pool.
         let root_dir = self.root_dir.clone();
-        let image_mount = image_fs.as_ref().map(|f| PathBuf::from(&f.mountpoint));
-        let dirs: Vec<Vec<(String, PathBuf)>> = match full {
-            true => pods.iter().map(|p| self.disk_dirs(p)).collect(),
-            false => Vec::new(),
-        };
-        let (host, image_statvfs, disks) = crate::blocking(move || {
-            let host = host::read(&root_dir);
-            let image = image_mount.as_deref().and_then(host::statvfs);
-            let disks: Vec<Vec<(String, Disk)>> = dirs
-                .into_iter()
-                .map(|pod| pod.into_iter().map(|(name, dir)| (name, host::disk_usage(&dir))).collect())
-                .collect();
-            Ok((host, image, disks))
+        let image_mount = runtime.image_fs.as_ref().filter(|_| full).map(|f| PathBuf::from(&f.mountpoint));
+        let (host, image_statvfs) = crate::blocking(move || {
+            let host = tracing::trace_span!("stats.host").in_scope(|| host::read(&root_dir));
+            Ok((host, image_mount.as_deref().and_then(host::statvfs)))
         })
         .await
         .unwrap_or_default();
+        let disks = if full { lock(&self.disks).clone() } else { HashMap::new() };
 
         let at_ns = read_at.as_nanosecond() as i64;
         let cgroup_cpu = |u: &Usage| u.cpu_ns.map(|usage_ns| CpuSample { at_ns, usage_ns });
@@ -153,32 +248,42 @@ impl Collector {
             node_memory: Some(Mem::of_node(root.memory.as_ref(), &host)),
             pods_cpu: cgroup_cpu(&kubepods),
             pods_memory: kubepods.memory.as_ref().map(Mem::of_cgroup),
-            image_fs: image_fs.map(|f| {
+            image_fs: runtime.image_fs.as_ref().filter(|_| full).map(|f| {
                 let used = (f.used_bytes, f.inodes_used);
                 (image_statvfs, used)
             }),
             host,
             pods: Vec::with_capacity(pods.len()),
         };
-        for (i, (pod, (pod_index, containers))) in pods.iter().zip(plans).enumerate() {
-            let disks: &[(String, Disk)] = disks.get(i).map_or(&[], Vec::as_slice);
-            let disk = |key: &str| disks.iter().find(|(k, _)| k == key).map(|(_, d)| *d);
+        let sampled_at = runtime.at;
+        for (pod, (pod_index, containers)) in pods.iter().zip(plans) {
+            let dirs = if full { self.disk_dirs(pod) } else { Vec::new() };
+            let disk = |key: &str| {
+                let (_, w) = dirs.iter().find(|(k, _)| k == key)?;
+                disks.get(&w.dir).map(|m| (m.at, m.used))
+            };
             let uid = pod.metadata.uid.clone().unwrap_or_default();
             let pod_usage = usage(pod_index);
             let containers = containers
                 .into_iter()
                 .map(|(name, id, start, index)| {
-                    let cri = container_stats.get(&id);
-                    let own = index.map(usage);
-                    let cpu = cri.and_then(cri_cpu).or_else(|| own.as_ref().and_then(cgroup_cpu));
-                    let memory = cri
-                        .and_then(cri_memory)
-                        .or_else(|| own.and_then(|u| u.memory).map(|m| (Time(read_at), Mem::of_cgroup(&m))));
+                    let cri = runtime.containers.get(&id);
+                    let own = usage(index);
+                    let cpu = cgroup_cpu(&own).or_else(|| cri.and_then(cri_cpu));
+                    let memory = own
+                        .memory
+                        .map(|m| (Time(read_at), Mem::of_cgroup(&m)))
+                        .or_else(|| cri.and_then(cri_memory));
                     let rootfs = cri.and_then(|s| s.writable_layer.as_ref()).map(|w| {
-                        (
+                        let at = match w.timestamp {
+                            0 => sampled_at,
+                            ns => jiff::Timestamp::from_nanosecond(i128::from(ns)).unwrap_or(sampled_at),
+                        };
+                        let used = (
                             w.used_bytes.as_ref().map_or(0, |v| v.value),
                             w.inodes_used.as_ref().map_or(0, |v| v.value),
-                        )
+                        );
+                        (Time(at), used)
                     });
                     let logs = disk(&format!("logs/{name}"));
                     ContainerSample { name, id, start, cpu, memory, rootfs: rootfs.filter(|_| full), logs }
@@ -198,39 +303,46 @@ impl Collector {
                 ),
                 cpu: cgroup_cpu(&pod_usage),
                 memory: pod_usage.memory.as_ref().map(Mem::of_cgroup),
-                network: networks.get(&uid).map(|n| network(n, read_at)),
-                volumes: disks
+                network: runtime.networks.get(&uid).filter(|_| full).map(|n| network(n, sampled_at)),
+                volumes: dirs
                     .iter()
-                    .filter_map(|(k, d)| Some((k.strip_prefix("volume/")?.to_string(), *d)))
+                    .filter_map(|(k, _)| Some((k.strip_prefix("volume/")?.to_string(), disk(k)?)))
                     .collect(),
                 containers,
                 process_count: None,
             });
         }
-        let mut rates = self.rates.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        Ok(shape::summary(&samples, &mut rates))
+        let mut rates = lock(&self.rates);
+        Ok(tracing::trace_span!("stats.shape").in_scope(|| shape::summary(&samples, &mut rates)))
     }
 
-    /// The directories measured for a pod: `logs/<container>` (its log directory) and
-    /// `volume/<name>` (each emptyDir not in memory).
-    fn disk_dirs(&self, pod: &Pod) -> Vec<(String, PathBuf)> {
+    /// The directories measured for a pod, by key: `logs/<container>` (its log directory, every
+    /// housekeeping) and `volume/<name>` (each emptyDir not in memory, every
+    /// `--volume-stats-agg-period`, unless zero).
+    fn disk_dirs(&self, pod: &Pod) -> Vec<(String, Wanted)> {
         let (ns, name, uid) = (
             pod.metadata.namespace.as_deref().unwrap_or_default(),
             pod.metadata.name.as_deref().unwrap_or_default(),
             pod.metadata.uid.as_deref().unwrap_or_default(),
         );
         let log_dir = self.pod_logs_dir.join(format!("{ns}_{name}_{uid}"));
-        let mut out: Vec<(String, PathBuf)> = running_containers(pod)
+        let mut out: Vec<(String, Wanted)> = running_containers(pod)
             .into_iter()
-            .map(|(c, _, _)| (format!("logs/{c}"), log_dir.join(&c)))
+            .map(|(c, _, _)| {
+                (format!("logs/{c}"), Wanted { dir: log_dir.join(&c), period: HOUSEKEEPING_INTERVAL })
+            })
             .collect();
+        if self.volume_period.is_zero() {
+            return out;
+        }
         let volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_ref()).map_or(&[][..], Vec::as_slice);
         for v in volumes {
             let Some(e) = &v.empty_dir else { continue };
             if e.medium.as_deref() == Some("Memory") {
                 continue;
             }
-            out.push((format!("volume/{}", v.name), crate::node::empty_dir(&self.root_dir, uid, &v.name)));
+            let dir = crate::node::empty_dir(&self.root_dir, uid, &v.name);
+            out.push((format!("volume/{}", v.name), Wanted { dir, period: self.volume_period }));
         }
         out
     }
@@ -256,10 +368,6 @@ fn running_containers(pod: &Pod) -> Vec<(String, String, Time)> {
             Some((c.name.clone(), id.to_string(), Time(started.unwrap_or(jiff::Timestamp::UNIX_EPOCH))))
         })
         .collect()
-}
-
-fn has_cpu_and_memory(s: &api::ContainerStats) -> bool {
-    cri_cpu(s).is_some() && cri_memory(s).is_some()
 }
 
 fn cri_cpu(s: &api::ContainerStats) -> Option<CpuSample> {

@@ -60,8 +60,9 @@ pub struct ContainerSample {
     pub start: Time,
     pub cpu: Option<CpuSample>,
     pub memory: Option<(Time, Mem)>,
-    pub rootfs: Option<Disk>,
-    pub logs: Option<Disk>,
+    /// The writable layer's and the log directory's use, each with when it was read.
+    pub rootfs: Option<(Time, Disk)>,
+    pub logs: Option<(Time, Disk)>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -71,8 +72,8 @@ pub struct PodSample {
     pub cpu: Option<CpuSample>,
     pub memory: Option<Mem>,
     pub network: Option<NetworkStats>,
-    /// emptyDir volumes by name.
-    pub volumes: Vec<(String, Disk)>,
+    /// emptyDir volumes by name, each with when it was walked.
+    pub volumes: Vec<(String, (Time, Disk))>,
     pub containers: Vec<ContainerSample>,
     pub process_count: Option<u64>,
 }
@@ -208,24 +209,26 @@ pub fn summary(s: &Samples, rates: &mut Rates) -> Summary {
                     cpu: cpu(rates, &c.id, c.cpu),
                     memory: c.memory.and_then(|(t, m)| memory(t, Some(m), None)),
                     swap: c.memory.and_then(|(t, m)| swap(t, Some(m), None)),
-                    rootfs: c.rootfs.map(|u| fs_stats(now, image_fs, Some(u))),
-                    logs: c.logs.map(|u| fs_stats(now, root_fs, Some(u))),
+                    rootfs: c.rootfs.map(|(t, u)| fs_stats(t, image_fs, Some(u))),
+                    logs: c.logs.map(|(t, u)| fs_stats(t, root_fs, Some(u))),
                 })
                 .collect();
             let volume_stats: Vec<VolumeStats> = p
                 .volumes
                 .iter()
-                .map(|(name, used)| VolumeStats {
-                    fs: fs_stats(now, root_fs, Some(*used)),
+                .map(|(name, (at, used))| VolumeStats {
+                    fs: fs_stats(*at, root_fs, Some(*used)),
                     name: name.clone(),
                 })
                 .collect();
             // The kubelet's ephemeral storage: the containers' writable layers and logs and
-            // the pod's emptyDir volumes.
+            // the pod's emptyDir volumes, at the latest of their times (`calcEphemeralStorage`).
             let mut total: Disk = (0, 0);
-            let mut add = |d: Option<Disk>| {
-                if let Some((b, i)) = d {
+            let mut latest: Option<Time> = None;
+            let mut add = |d: Option<(Time, Disk)>| {
+                if let Some((t, (b, i))) = d {
                     total = (total.0 + b, total.1 + i);
+                    latest = latest.max(Some(t));
                 }
             };
             p.containers.iter().for_each(|c| {
@@ -244,7 +247,7 @@ pub fn summary(s: &Samples, rates: &mut Rates) -> Summary {
                 swap: swap(now, p.memory, None),
                 network: p.network.clone(),
                 volume_stats,
-                ephemeral_storage: measured.then(|| fs_stats(now, root_fs, Some(total))),
+                ephemeral_storage: measured.then(|| fs_stats(latest.unwrap_or(now), root_fs, Some(total))),
                 process_stats: p.process_count.map(|n| ProcessStats { process_count: Some(n) }),
             }
         })
@@ -282,14 +285,14 @@ mod tests {
                 pod_ref: PodReference { name: "p".into(), namespace: "ns".into(), uid: "u1".into() },
                 cpu: Some(CpuSample { at_ns: at_s * S, usage_ns: pod_cpu_s * S as u64 }),
                 memory: Some(Mem { usage: 80, working_set: 60, ..Mem::default() }),
-                volumes: vec![("scratch".into(), (8, 2))],
+                volumes: vec![("scratch".into(), (time_of((at_s - 30) * S), (8, 2)))],
                 containers: vec![ContainerSample {
                     name: "c".into(),
                     id: "cid".into(),
                     cpu: Some(CpuSample { at_ns: at_s * S, usage_ns: pod_cpu_s * S as u64 }),
                     memory: Some((now, Mem { usage: 70, working_set: 50, ..Mem::default() })),
-                    rootfs: Some((4, 1)),
-                    logs: Some((2, 1)),
+                    rootfs: Some((time_of((at_s - 5) * S), (4, 1))),
+                    logs: Some((time_of((at_s - 8) * S), (2, 1))),
                     ..Default::default()
                 }],
                 ..Default::default()
@@ -331,6 +334,13 @@ mod tests {
         assert_eq!(pod.memory.as_ref().and_then(|m| m.available_bytes), None, "no limit known: left out");
         let eph = pod.ephemeral_storage.as_ref().expect("ephemeral storage");
         assert_eq!((eph.used_bytes, eph.inodes_used, eph.capacity_bytes), (Some(14), Some(4), Some(100)));
+        // Each disk number at the time it was read; their sum at the latest of those.
+        let (rootfs, logs) = (&pod.containers[0].rootfs, &pod.containers[0].logs);
+        let t = |s: i64| Some(time_of(s * S));
+        assert_eq!(rootfs.as_ref().map(|f| f.time), t(1005));
+        assert_eq!(logs.as_ref().map(|f| f.time), t(1002));
+        assert_eq!(pod.volume_stats[0].fs.time, time_of(980 * S));
+        assert_eq!(eph.time, time_of(1005 * S));
         assert_eq!(
             pod.containers[0].rootfs.as_ref().and_then(|r| r.capacity_bytes),
             Some(200),
