@@ -39,7 +39,7 @@ pub(crate) fn describe_node(node: &GetNodeResponse, now: Timestamp, tz: &TimeZon
     }
     let views: Vec<EventView> = node.events.iter().map(EventView::from).collect();
     events(&mut w, &views, now);
-    tabwriter::align(&w.text(), DESCRIBE)
+    tabwriter::align(w.text(), DESCRIBE)
 }
 
 #[cfg(test)]
