@@ -16,7 +16,9 @@
 #       watchdog (tests/guest.rs), AppArmor profiles enforced (tests/guest_apparmor.rs), the
 #       chaos replay on each driver (hack/guest.sh test), the Debian package of hack/deb.sh
 #       (tests/guest_package.rs), API pods under both drivers with the guest joined to
-#       hack/cluster.sh's control plane (tests/guest_cluster.rs), `kubeadm join` of a node
+#       hack/cluster.sh's control plane, and under each driver /stats/summary and
+#       /metrics/resource checked against the pod's cgroup v2 files and a BestEffort pod
+#       evicted under memory.available pressure (tests/guest_cluster.rs), `kubeadm join` of a node
 #       running crilet from its package (tests/guest_kubeadm.rs), then graceful
 #       node shutdown on `systemctl poweroff` (tests/guest_shutdown.rs); it runs in the
 #       background beside critest and the 2.3 leg when the 2.1 leg runs too;

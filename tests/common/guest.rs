@@ -146,10 +146,10 @@ impl Guest {
         self.ok("systemctl disable --now crilet; rm -f /etc/systemd/system/crilet.service /usr/local/bin/crilet /etc/crilet/config.yaml; systemctl daemon-reload");
     }
 
-    /// Runs `script` with bash in the guest.
-    pub fn sh(&self, script: &str) -> Output {
-        let mut child = Command::new("ssh")
-            .args(["-i", &self.env.get("CRILET_GUEST_KEY"), "-p", &self.env.get("CRILET_GUEST_SSH_PORT")])
+    /// ssh to the guest as root, over the one shared connection.
+    fn ssh(&self) -> Command {
+        let mut cmd = Command::new("ssh");
+        cmd.args(["-i", &self.env.get("CRILET_GUEST_KEY"), "-p", &self.env.get("CRILET_GUEST_SSH_PORT")])
             .args([
                 "-o",
                 "StrictHostKeyChecking=no",
@@ -162,7 +162,44 @@ impl Guest {
             // One connection for all (a new one costs a key exchange, slow on TCG).
             .args(["-o", "ControlMaster=auto", "-o", "ControlPersist=60"])
             .arg("-o")
-            .arg(format!("ControlPath={}", self.env.get("CRILET_GUEST_SSH_CONTROL")))
+            .arg(format!("ControlPath={}", self.env.get("CRILET_GUEST_SSH_CONTROL")));
+        cmd
+    }
+
+    /// A unix socket on the host forwarded to `127.0.0.1:port` inside the guest (the shared
+    /// connection's `-O forward`; asking again for a forward it has is a no-op, so each use
+    /// asks, and a master started anew since gets it too). Nothing of the guest's but its sshd
+    /// is reachable from the host otherwise.
+    pub fn forward(&self, port: u16) -> PathBuf {
+        let sock = self.run_dir().join(format!("guest-{port}.sock"));
+        self.ok("true"); // the shared connection up
+        let ask = || {
+            self.ssh()
+                .args(["-O", "forward", "-L"])
+                .arg(format!("{}:127.0.0.1:{port}", sock.display()))
+                .arg("root@127.0.0.1")
+                .output()
+                .expect("run ssh -O forward")
+        };
+        let mut out = ask();
+        if !out.status.success() {
+            // A socket file left by a master that is gone: the new one cannot bind over it.
+            let _ = std::fs::remove_file(&sock);
+            out = ask();
+        }
+        assert!(
+            out.status.success(),
+            "forwarding {} to the guest's port {port}: {}",
+            sock.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        sock
+    }
+
+    /// Runs `script` with bash in the guest.
+    pub fn sh(&self, script: &str) -> Output {
+        let mut child = self
+            .ssh()
             .args(["root@127.0.0.1", "bash", "-s"])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
