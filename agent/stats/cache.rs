@@ -1,7 +1,8 @@
 //! What the stats keep between requests, as the kubelet keeps it, so that a request reads only
 //! the cgroups and `/proc`: the runtime's numbers (CRI `ListContainerStats` for the writable
 //! layers, `ListPodSandboxStats` for the pods' networks, `ImageFsInfo`) sampled every
-//! [`HOUSEKEEPING_INTERVAL`] (cAdvisor's housekeeping in the kubelet), and the disk use of the
+//! [`HOUSEKEEPING_INTERVAL`] (cAdvisor's housekeeping in the kubelet) while someone asks for
+//! stats ([`IDLE_AFTER`]), and the disk use of the
 //! pods' directories walked in the background: each container's log directory every
 //! housekeeping, each emptyDir volume every `--volume-stats-agg-period` (the kubelet's
 //! `fsResourceAnalyzer`; zero: volumes are not measured). Every cached number keeps the time it
@@ -18,6 +19,26 @@ use crate::cri::{ImageFs, api};
 /// How often the runtime's numbers are sampled and the log directories walked (cAdvisor's
 /// default `--housekeeping-interval`).
 pub const HOUSEKEEPING_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Housekeeping pauses when nobody has asked for stats this long (metrics-server scrapes every
+/// 60 s by default), so a node nobody scrapes makes no stats calls to its runtime; the next
+/// request finds the sample stale and takes one itself.
+pub const IDLE_AFTER: Duration = Duration::from_secs(180);
+
+/// A runtime sample older than this is taken again by the request that finds it (after a pause,
+/// or when housekeeping falls behind).
+pub const STALE_AFTER: Duration = Duration::from_secs(2 * HOUSEKEEPING_INTERVAL.as_secs());
+
+/// Does housekeeping run now: has anyone asked within [`IDLE_AFTER`]?
+pub fn wanted(last_asked: Option<std::time::Instant>, now: std::time::Instant) -> bool {
+    last_asked.is_some_and(|t| now.saturating_duration_since(t) < IDLE_AFTER)
+}
+
+/// Is a sample taken `at` still good `now`?
+pub fn fresh(at: jiff::Timestamp, now: jiff::Timestamp) -> bool {
+    let age_ms = now.as_millisecond() - at.as_millisecond();
+    age_ms < STALE_AFTER.as_millis() as i64
+}
 
 /// The runtime's numbers at one time.
 #[derive(Debug, Clone, Default)]
@@ -70,6 +91,29 @@ pub fn merge(have: &mut HashMap<PathBuf, Measured>, wanted: &[Wanted], walked: V
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn housekeeping_runs_only_while_asked_and_samples_go_stale() {
+        let now = std::time::Instant::now();
+        let ago = |s: u64| now.checked_sub(Duration::from_secs(s));
+        for (name, asked, want) in [
+            ("never asked", None, false),
+            ("asked just now", ago(0), true),
+            ("asked a scrape ago", ago(60), true),
+            ("idle for longer than IDLE_AFTER", ago(181), false),
+        ] {
+            assert_eq!(wanted(asked, now), want, "{name}");
+        }
+        let t = jiff::Timestamp::from_second(1_000_000).unwrap();
+        let later = |s: i64| jiff::Timestamp::from_second(1_000_000 + s).unwrap();
+        for (name, now, want) in [
+            ("just taken", t, true),
+            ("one housekeeping old", later(10), true),
+            ("two old", later(20), false),
+        ] {
+            assert_eq!(fresh(t, now), want, "{name}");
+        }
+    }
+
     use super::*;
 
     fn at(s: i64) -> jiff::Timestamp {

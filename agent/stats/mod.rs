@@ -49,6 +49,8 @@ pub struct Collector {
     rates: Arc<Mutex<Rates>>,
     runtime: Arc<Mutex<Option<Arc<RuntimeSample>>>>,
     disks: Arc<Mutex<HashMap<PathBuf, Measured>>>,
+    /// When stats were last asked for (housekeeping pauses when nobody asks).
+    asked: Arc<Mutex<Option<std::time::Instant>>>,
 }
 
 /// What a collection covers: everything, or only CPU and memory (`/metrics/resource`, as the
@@ -84,6 +86,7 @@ impl Collector {
             rates: Arc::default(),
             runtime: Arc::default(),
             disks: Arc::default(),
+            asked: Arc::default(),
         }
     }
 
@@ -96,6 +99,9 @@ impl Collector {
             tokio::select! {
                 _ = cancel.cancelled() => return,
                 _ = tick.tick() => {}
+            }
+            if !cache::wanted(*lock(&self.asked), std::time::Instant::now()) {
+                continue;
             }
             if let Err(e) = self.sample_runtime().await {
                 tracing::debug!(error = %e, "the runtime's container stats are unavailable");
@@ -187,6 +193,7 @@ impl Collector {
     /// stats cannot be had (what the kubelet reports as a scrape error); anything else missing
     /// is left out.
     pub async fn summary(&self, scope: Scope) -> Result<Summary, CriError> {
+        *lock(&self.asked) = Some(std::time::Instant::now());
         let span = tracing::trace_span!("stats.collect", op = ?scope);
         tracing::Instrument::instrument(self.collect(scope), span).await
     }
@@ -194,7 +201,8 @@ impl Collector {
     async fn collect(&self, scope: Scope) -> Result<Summary, CriError> {
         let pods = self.active_pods();
         let full = scope == Scope::Full;
-        let cached = lock(&self.runtime).clone();
+        let now = jiff::Timestamp::now();
+        let cached = lock(&self.runtime).clone().filter(|s| cache::fresh(s.at, now));
         let runtime = match cached {
             Some(s) => s,
             None => self.sample_runtime().await?,
