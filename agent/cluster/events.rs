@@ -130,6 +130,12 @@ pub async fn run(
     let mut node_rx = registry.subscribe_node();
     let mut held = Held::default();
     let mut sender = Sender { link, buckets: HashMap::new(), created: BTreeMap::new() };
+    // What the node recorded before this sender listened (the eviction manager's first cycle
+    // and its pressure transitions run before the API server is reached). One recorded in
+    // between comes twice: the second create finds the first (same name) and counts as made.
+    for e in registry.node_events() {
+        sender.send_node(&e).await;
+    }
     loop {
         tokio::select! {
             _ = cancel.cancelled() => return,
@@ -230,6 +236,9 @@ impl Sender {
         let name = format!("{node}.{:x}", e.time.as_nanosecond());
         match events.create(&PostParams::default(), &node_api_event(e, &node, &name)).await {
             Ok(_) => {
+                self.created.insert(id, name);
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 => {
                 self.created.insert(id, name);
             }
             Err(err) => debug!(error = %err, reason = %e.reason, "sending a node event failed"),
