@@ -374,23 +374,9 @@ fn stats(g: &Guest, cluster: &Cluster, namespace: &str, api: &KubeletApi, system
         "the pods' (kubepods) workingSetBytes",
     );
 
-    let p = s["pods"]
-        .as_array()
-        .expect("pods")
-        .iter()
-        .find(|p| p["podRef"]["name"] == "load" && p["podRef"]["namespace"] == namespace)
-        .unwrap_or_else(|| panic!("the load pod is not in the summary: {s}"))
-        .clone();
+    let p = common::summary::pod(&s, &namespace, "load");
     assert_eq!(p["podRef"]["uid"], uid.as_str());
-    let c = |name: &str| -> Value {
-        p["containers"]
-            .as_array()
-            .expect("containers")
-            .iter()
-            .find(|c| c["name"] == name)
-            .cloned()
-            .unwrap_or_else(|| panic!("no {name} in {p}"))
-    };
+    let c = |name: &str| common::summary::container(&p, name);
     let (mem, burn) = (c("mem"), c("burn"));
     let got = num(&mem["memory"]["workingSetBytes"]);
     within(got, mem_a.working_set(), "mem's workingSetBytes");

@@ -254,23 +254,9 @@ async fn stats_agree_with_the_cgroup_files() {
         "{pods_sc:?}"
     );
 
-    let p = s["pods"]
-        .as_array()
-        .expect("pods")
-        .iter()
-        .find(|p| p["podRef"]["name"] == "stats-load" && p["podRef"]["namespace"] == ns.as_str())
-        .unwrap_or_else(|| panic!("stats-load is not in the summary: {s}"))
-        .clone();
+    let p = common::summary::pod(&s, ns.as_str(), "stats-load");
     assert_eq!(p["podRef"]["uid"], uid.as_str());
-    let c = |name: &str| -> Value {
-        p["containers"]
-            .as_array()
-            .expect("containers")
-            .iter()
-            .find(|c| c["name"] == name)
-            .cloned()
-            .unwrap_or_else(|| panic!("no {name} in {p}"))
-    };
+    let c = |name: &str| common::summary::container(&p, name);
     let (burn, mem) = (c("burn"), c("mem"));
 
     // Memory: the working set of the container and of the pod, as their cgroup files give it.

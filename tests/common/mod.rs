@@ -9,6 +9,7 @@ pub mod cri_proxy;
 pub mod guest;
 pub mod kubectl_top;
 pub mod private_containerd;
+pub mod summary;
 pub mod traffic;
 
 use std::os::unix::fs::PermissionsExt;
