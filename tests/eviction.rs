@@ -44,6 +44,19 @@ fn phase_of(node: &Node, name: &str) -> String {
         .unwrap_or_default()
 }
 
+/// A static pod `name` (busybox sleeping) in the node's namespace: never evicted.
+fn write_static_pod(node: &Node, name: &str) {
+    let ns = &node.namespace;
+    node.agent.write_manifest(
+        "static.yaml",
+        &format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  \
+             terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: ${{CRILET_IMAGE_BUSYBOX}}\n    \
+             command: [sleep, '3600']\n"
+        ),
+    );
+}
+
 /// An API pod on the node, sleeping; `requests` its memory request (none: BestEffort).
 fn api_pod(node: &Node, name: &str, requests: Option<&str>) -> String {
     let resources =
@@ -62,15 +75,7 @@ async fn memory_pressure_taints_the_node_refuses_besteffort_and_evicts_in_rank_o
     // node's whole memory, so it is met from the first cycle on.
     let mut node = Node::start("ev-memory", 10287, &["--eviction-hard", ""]).await;
     node.wait_ready().await;
-    let ns = node.namespace.clone();
-    node.agent.write_manifest(
-        "static.yaml",
-        &format!(
-            "apiVersion: v1\nkind: Pod\nmetadata: {{name: ev-static, namespace: {ns}}}\nspec:\n  \
-             terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: ${{CRILET_IMAGE_BUSYBOX}}\n    \
-             command: [sleep, '3600']\n"
-        ),
-    );
+    write_static_pod(&node, "ev-static");
     node.apply(&api_pod(&node, "ev-besteffort", None));
     node.apply(&api_pod(&node, "ev-burstable", Some("64Mi")));
     for name in ["ev-besteffort", "ev-burstable"] {
@@ -288,15 +293,7 @@ async fn imagefs_pressure_removes_unused_images_first_and_evicts_only_when_that_
     // An earlier run's Events on this Node (counted below).
     let selector = format!("involvedObject.kind=Node,involvedObject.name={}", node.name);
     let _ = node.cluster.kubectl(&["delete", "events", "-n", "default", "--field-selector", &selector]);
-    let ns = node.namespace.clone();
-    node.agent.write_manifest(
-        "static.yaml",
-        &format!(
-            "apiVersion: v1\nkind: Pod\nmetadata: {{name: ev-reclaim-static, namespace: {ns}}}\nspec:\n  \
-             terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: ${{CRILET_IMAGE_BUSYBOX}}\n    \
-             command: [sleep, '3600']\n"
-        ),
-    );
+    write_static_pod(&node, "ev-reclaim-static");
     node.apply(&disk_pod(&node, "ev-reclaim-besteffort", None));
     node.apply(&disk_pod(&node, "ev-reclaim-requests", Some("100Mi")));
     for name in ["ev-reclaim-besteffort", "ev-reclaim-requests"] {

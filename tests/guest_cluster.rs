@@ -12,6 +12,7 @@
 
 mod common;
 
+use common::summary::{num, sample, within};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -298,20 +299,6 @@ fn read(g: &Guest, cgroups: &[&str]) -> Reading {
     }
 }
 
-fn within(got: u64, want: u64, what: &str) {
-    let diff = got.abs_diff(want) as f64;
-    assert!(diff <= want as f64 * 0.10, "{what}: {got} is not within 10 % of the guest's {want}");
-}
-
-fn num(v: &Value) -> u64 {
-    v.as_u64().unwrap_or_else(|| panic!("not a number: {v}"))
-}
-
-/// A Prometheus sample's value: the line starting with `series` (name and labels).
-fn sample(text: &str, series: &str) -> Option<f64> {
-    text.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.split(' ').next()?.parse().ok())
-}
-
 /// `/stats/summary` and `/metrics/resource` against the cgroup v2 files of the [`load`] pod,
 /// its containers, `kubepods` and the root, read in the guest just before and just after each
 /// request: cumulative CPU between the two readings, working sets within 10 %. The pod stays,
@@ -360,11 +347,12 @@ fn stats(g: &Guest, cluster: &Cluster, namespace: &str, api: &KubeletApi, system
         after.root_cpu_ns
     );
     let nm = &s["node"]["memory"];
-    within(num(&nm["workingSetBytes"]), after.node_working_set(), "the node's workingSetBytes");
+    within(num(&nm["workingSetBytes"]), after.node_working_set(), "the node's workingSetBytes", "the guest");
     within(
         num(&nm["availableBytes"]),
         after.meminfo[0] - after.node_working_set(),
         "the node's availableBytes",
+        "the guest",
     );
     let system = s["node"]["systemContainers"].as_array().expect("system containers");
     let pods_sc = system.iter().find(|c| c["name"] == "pods").expect("the pods system container");
@@ -372,6 +360,7 @@ fn stats(g: &Guest, cluster: &Cluster, namespace: &str, api: &KubeletApi, system
         num(&pods_sc["memory"]["workingSetBytes"]),
         kubepods_a.working_set(),
         "the pods' (kubepods) workingSetBytes",
+        "the guest",
     );
 
     let p = common::summary::pod(&s, &namespace, "load");
@@ -379,9 +368,14 @@ fn stats(g: &Guest, cluster: &Cluster, namespace: &str, api: &KubeletApi, system
     let c = |name: &str| common::summary::container(&p, name);
     let (mem, burn) = (c("mem"), c("burn"));
     let got = num(&mem["memory"]["workingSetBytes"]);
-    within(got, mem_a.working_set(), "mem's workingSetBytes");
+    within(got, mem_a.working_set(), "mem's workingSetBytes", "the guest");
     assert!(got >= HELD_MIB << 20, "mem holds {HELD_MIB} MiB, its working set is {got}");
-    within(num(&p["memory"]["workingSetBytes"]), pod_a.working_set(), "the pod's workingSetBytes");
+    within(
+        num(&p["memory"]["workingSetBytes"]),
+        pod_a.working_set(),
+        "the pod's workingSetBytes",
+        "the guest",
+    );
     let got = num(&burn["cpu"]["usageCoreNanoSeconds"]);
     assert!(
         (burn_b.cpu_ns..=burn_a.cpu_ns).contains(&got),
@@ -414,14 +408,19 @@ fn stats(g: &Guest, cluster: &Cluster, namespace: &str, api: &KubeletApi, system
     );
     let ws = sample(&text, &format!("container_memory_working_set_bytes{}", labels("mem")))
         .unwrap_or_else(|| panic!("no mem working set in\n{text}"));
-    within(ws as u64, after.cgroups[1].working_set(), "container_memory_working_set_bytes of mem");
+    within(
+        ws as u64,
+        after.cgroups[1].working_set(),
+        "container_memory_working_set_bytes of mem",
+        "the guest",
+    );
     let pod_labels = format!("{{namespace=\"{namespace}\",pod=\"load\"}}");
     let ws = sample(&text, &format!("pod_memory_working_set_bytes{pod_labels}"))
         .unwrap_or_else(|| panic!("no pod working set in\n{text}"));
-    within(ws as u64, after.cgroups[0].working_set(), "pod_memory_working_set_bytes");
+    within(ws as u64, after.cgroups[0].working_set(), "pod_memory_working_set_bytes", "the guest");
     let ws = sample(&text, "node_memory_working_set_bytes")
         .unwrap_or_else(|| panic!("no node working set in\n{text}"));
-    within(ws as u64, after.node_working_set(), "node_memory_working_set_bytes");
+    within(ws as u64, after.node_working_set(), "node_memory_working_set_bytes", "the guest");
     let secs =
         sample(&text, "node_cpu_usage_seconds_total").unwrap_or_else(|| panic!("no node cpu in\n{text}"));
     let (b, a) = (before.root_cpu_ns as f64 / 1e9, after.root_cpu_ns as f64 / 1e9);

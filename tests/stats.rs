@@ -7,6 +7,7 @@
 
 mod common;
 
+use common::summary::{num, sample, within};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -176,20 +177,6 @@ fn summary(node: &Node, token: &str) -> Value {
     serde_json::from_str(&raw(node, token, "/stats/summary")).expect("the summary is JSON")
 }
 
-fn within(got: u64, want: u64, what: &str) {
-    let diff = got.abs_diff(want) as f64;
-    assert!(diff <= want as f64 * 0.10, "{what}: {got} is not within 10 % of the cgroup's {want}");
-}
-
-fn u(v: &Value) -> u64 {
-    v.as_u64().unwrap_or_else(|| panic!("not a number: {v}"))
-}
-
-/// A Prometheus sample's value: the line starting with `series` (name and labels).
-fn sample(text: &str, series: &str) -> Option<f64> {
-    text.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.split(' ').next()?.parse().ok())
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn stats_agree_with_the_cgroup_files() {
     // emptyDir volumes measured every 2 s (the kubelet's --volume-stats-agg-period).
@@ -243,11 +230,11 @@ async fn stats_agree_with_the_cgroup_files() {
         assert!(s["node"]["cpu"][field].as_u64().is_some(), "node cpu {field}: {}", s["node"]);
     }
     let nm = &s["node"]["memory"];
-    assert!(u(&nm["workingSetBytes"]) > 0 && u(&nm["workingSetBytes"]) <= u(&nm["usageBytes"]), "{nm}");
-    assert!(u(&nm["availableBytes"]) > 0, "{nm}");
-    assert!(u(&s["node"]["fs"]["capacityBytes"]) > 0, "{}", s["node"]["fs"]);
-    assert!(u(&s["node"]["runtime"]["imageFs"]["usedBytes"]) > 0, "{}", s["node"]["runtime"]);
-    assert!(u(&s["node"]["rlimit"]["maxpid"]) > 0 && u(&s["node"]["rlimit"]["curproc"]) > 0);
+    assert!(num(&nm["workingSetBytes"]) > 0 && num(&nm["workingSetBytes"]) <= num(&nm["usageBytes"]), "{nm}");
+    assert!(num(&nm["availableBytes"]) > 0, "{nm}");
+    assert!(num(&s["node"]["fs"]["capacityBytes"]) > 0, "{}", s["node"]["fs"]);
+    assert!(num(&s["node"]["runtime"]["imageFs"]["usedBytes"]) > 0, "{}", s["node"]["runtime"]);
+    assert!(num(&s["node"]["rlimit"]["maxpid"]) > 0 && num(&s["node"]["rlimit"]["curproc"]) > 0);
     let pods_sc = s["node"]["systemContainers"].as_array().expect("system containers");
     assert!(
         pods_sc.iter().any(|c| c["name"] == "pods" && c["memory"]["workingSetBytes"].is_u64()),
@@ -260,22 +247,22 @@ async fn stats_agree_with_the_cgroup_files() {
     let (burn, mem) = (c("burn"), c("mem"));
 
     // Memory: the working set of the container and of the pod, as their cgroup files give it.
-    let got_mem = u(&mem["memory"]["workingSetBytes"]);
-    within(got_mem, mem_ws, "mem's workingSetBytes");
+    let got_mem = num(&mem["memory"]["workingSetBytes"]);
+    within(got_mem, mem_ws, "mem's workingSetBytes", "the cgroup");
     assert!(got_mem >= HELD, "mem holds {HELD} bytes, its working set is {got_mem}");
-    within(u(&p["memory"]["workingSetBytes"]), pod_ws, "the pod's workingSetBytes");
+    within(num(&p["memory"]["workingSetBytes"]), pod_ws, "the pod's workingSetBytes", "the cgroup");
 
     // CPU: cumulative between the cgroup's readings; the burner keeps more than half a core.
-    let got_burn = u(&burn["cpu"]["usageCoreNanoSeconds"]);
+    let got_burn = num(&burn["cpu"]["usageCoreNanoSeconds"]);
     assert!(
         (burn_before..=burn_after).contains(&got_burn),
         "burn: {burn_before} <= {got_burn} <= {burn_after}"
     );
-    let got_pod = u(&p["cpu"]["usageCoreNanoSeconds"]);
+    let got_pod = num(&p["cpu"]["usageCoreNanoSeconds"]);
     assert!((pod_before..=pod_after).contains(&got_pod), "pod: {pod_before} <= {got_pod} <= {pod_after}");
-    let cores = u(&burn["cpu"]["usageNanoCores"]);
+    let cores = num(&burn["cpu"]["usageNanoCores"]);
     assert!(cores > 500_000_000, "the burner's usageNanoCores is {cores}");
-    assert!(u(&p["cpu"]["usageNanoCores"]) >= cores / 2, "the pod's rate covers its burner: {}", p["cpu"]);
+    assert!(num(&p["cpu"]["usageNanoCores"]) >= cores / 2, "the pod's rate covers its burner: {}", p["cpu"]);
 
     // Disks: the emptyDir, the logs, the writable layers, and their sum.
     let scratch = p["volume"]
@@ -285,7 +272,7 @@ async fn stats_agree_with_the_cgroup_files() {
         .find(|v| v["name"] == "scratch")
         .cloned()
         .expect("scratch");
-    assert!(u(&scratch["usedBytes"]) > 0, "{scratch}");
+    assert!(num(&scratch["usedBytes"]) > 0, "{scratch}");
     // Read in the background, each with the time it was read: the disks at the last
     // housekeeping (every 10 s, which walks what is due), the writable layer at the runtime's
     // own sampling (containerd's, every 10 s) before that; times are whole seconds.
@@ -303,7 +290,7 @@ async fn stats_agree_with_the_cgroup_files() {
     }
     assert!(mem["logs"]["usedBytes"].is_u64() && mem["rootfs"]["usedBytes"].is_u64(), "{mem}");
     assert!(
-        u(&p["ephemeral-storage"]["usedBytes"]) >= u(&scratch["usedBytes"]),
+        num(&p["ephemeral-storage"]["usedBytes"]) >= num(&scratch["usedBytes"]),
         "{}",
         p["ephemeral-storage"]
     );
@@ -323,7 +310,7 @@ async fn stats_agree_with_the_cgroup_files() {
     );
     let mem_b = sample(&text, &format!("container_memory_working_set_bytes{}", labels("mem")))
         .unwrap_or_else(|| panic!("no mem working set in\n{text}"));
-    within(mem_b as u64, mem_cg.working_set(), "container_memory_working_set_bytes");
+    within(mem_b as u64, mem_cg.working_set(), "container_memory_working_set_bytes", "the cgroup");
     let pod_labels = format!("{{namespace=\"{ns}\",pod=\"stats-load\"}}");
     for series in [
         format!("pod_cpu_usage_seconds_total{pod_labels}"),
